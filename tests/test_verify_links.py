@@ -208,3 +208,25 @@ def test_a_kept_verification_of_an_older_cagtool_keeps_its_words():
     data = {"mode": "ca", "repeat": 1, "fixes": [], "run": "r", "not_applied": [
         {"cause": 1, "code": CAUSE_GRAD_DEFINED, "why": "nothing to fix: ...", "who": YOUR_CODE, "patch": None}]}
     assert verification_lines(data)[1] == "  no fix cagtool can apply (a run setting, or a local edit of the script) answers these causes"
+
+
+def test_a_cause_at_a_line_of_the_patched_copy_is_the_same_cause_as_at_the_scripts_line():
+    """A patch re-run runs `drop-last-main.py` in `main.py`'s place (the same lines): its causes name
+    the copy's file. Keyed by the script's name, a cause the fix did not remove (a layer's new sizes,
+    not a last batch: mnist_forward_forward) is "still there", never "gone" and "uncovered"."""
+    from types import SimpleNamespace
+
+    from cagtool.report.recompiles.explain import cause_key
+    from cagtool.verify.verification import rerun_cause_key
+
+    line = SourceRef(file="/job/main.py", line=81, code="loss.backward()", function="train", how="backward_call")
+    copied = SourceRef(file="/job/run/verify/20261205-144515/drop-last-main.py", line=81, code="loss.backward()", function="train",
+                       how="backward_call")
+    recorded = Cause(CAUSE_SHAPES, [], number=1, source=line)
+    rerun = Cause(CAUSE_SHAPES, [], number=1, source=copied)
+    patched = SimpleNamespace(manifest=SimpleNamespace(options={"patched_source": copied.file, "patch_target": line.file}))
+    plain = SimpleNamespace(manifest=SimpleNamespace(options={}))
+    assert cause_key(rerun) != cause_key(recorded)
+    assert rerun_cause_key(patched, rerun) == cause_key(recorded) == rerun_cause_key(plain, recorded)
+    # A re-run that ran no copy keeps its own names: another file is another cause.
+    assert rerun_cause_key(plain, rerun) != cause_key(recorded)

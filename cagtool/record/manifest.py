@@ -60,6 +60,7 @@ class ModeOptions(TypedDict, total=False):
     compile_calls: list[dict[str, Any]]
     pgo_suggestion: str  # torch's PGO words after a shape recompile, verbatim (child, follow, import)
     patched_source: str  # recompiles --verify: the patched copy this mode ran in the script's place
+    patch_target: str  # ... and that script (absolute): a line of the copy is this script's line
     # Files under the process's working directory it opened for reading (capture/processes/
     # workdir_reads.py: relative paths, sorted, the first WORKDIR_READS_KEPT, after which later reads
     # are not kept; no Python source); None where not watched (a Python API block), absent in a

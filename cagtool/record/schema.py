@@ -469,6 +469,19 @@ class GraphBreakEvent(Event, tag="graph_break"):
     code: str = ""
 
 
+class BackwardCompileEvent(Event, tag="backward_compile"):
+    """AOTAutograd compiled a forward frame's backward at its first call, apart from the frame's
+    compile (torch's backward CompilationMetrics, `bwd_compilation_metrics` in a TORCH_TRACE log:
+    Inductor compiles a backward lazily, seconds for a small model). Its time counts in the mode's
+    compile time; a CA graph holds the AOT backwards it inlines, so the ca mode has none of these."""
+
+    compile_id: str  # the forward frame's
+    step: int | None
+    compile_time_s: Seconds | None = None  # torch's backward_cumulative_compile_time_us
+    inductor_compile_time_s: Seconds | None = None
+    fail_type: str | None = None
+
+
 class AotBackwardGraphEvent(Event, tag="aot_backward_graph"):
     """AOTAutograd built a backward graph for a forward frame (counted as a backward graph in `aot`)."""
 
@@ -624,6 +637,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DynamoRecompileEvent,
         GraphBreakEvent,
         AotBackwardGraphEvent,
+        BackwardCompileEvent,
         CompileArtifactEvent,
         FindingEvent,
         FinalStateEvent,

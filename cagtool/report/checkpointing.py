@@ -53,8 +53,11 @@ def _change(a: int | None, b: int | None, spread: int) -> float | None:
     0.0 where the two are within `spread` + NOISE_FLOOR_BYTES (no measurable difference)."""
     if a is None or b is None or b <= 0:
         return None
-    # A heap read below the step's own start (a figure under zero: what the step freed before its
-    # backward, glibc's caches) holds nothing for backward: it saves all of the plain call's, not more.
+    # A heap a little below the step's own start (glibc's caches, a reentrant checkpoint's forward
+    # that keeps nothing) holds nothing for backward; one far below it is no measurement (the step
+    # freed more before its backward than its forward held: heap_in_use.py), never "saves 100%".
+    if a < -(spread + NOISE_FLOOR_BYTES):
+        return None
     a = max(a, 0)
     if abs(b - a) <= spread + NOISE_FLOOR_BYTES:
         return 0.0
@@ -176,6 +179,12 @@ def heap_lines(m: ModeSaving) -> list[str]:
     a, b = heaps
     steps = min(a.steps, b.steps)
     held = m.held_saving
+    below = [(name, h.held_bytes) for name, h in (("checkpointed", a), ("plain", b))
+             if h.held_bytes is not None and h.held_bytes < -(NOISE_FLOOR_BYTES + max(a.held_spread_bytes or 0, b.held_spread_bytes or 0))]
+    if below:
+        return [f"{m.mode}: heap held for backward not compared ({_mib(a.held_bytes)} checkpointed, {_mib(b.held_bytes)} plain: "
+                f"a figure below zero is no measurement, the step freed more before its backward than its forward held); "
+                "the figure below is peak RSS"]
     if held is None:
         # The plain call held nothing measurable at the backward's entry (a reentrant checkpoint's
         # heap read 0 or below the allocator's): no fraction of it to speak of.

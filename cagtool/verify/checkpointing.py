@@ -67,11 +67,15 @@ def heap_held(record: ModeRecord) -> HeapHeld | None:
     compiled = {s.step for s in record.of(StepEvent) if s.compiles or s.ca_captures}
     calls = sorted(record.of(BackwardEvent), key=lambda e: e.seq)
     held, peak = [], []
-    for call, before, entry, inside in zip(calls, readings.get("before") or [], readings.get("at_entry") or [], readings.get("max_inside") or []):
+    freed = readings.get("grads_freed") or []
+    for i, (call, before, entry, inside) in enumerate(zip(calls, readings.get("before") or [], readings.get("at_entry") or [],
+                                                           readings.get("max_inside") or [])):
         if before is None or call.step in compiled:
             continue
-        held.append(entry - before)
-        peak.append(inside - before)
+        # The gradients zero_grad() freed between the two readings, counted back (heap_in_use.py).
+        back = freed[i] if i < len(freed) and isinstance(freed[i], int) else 0
+        held.append(entry - before + back)
+        peak.append(inside - before + back)
     if not held:
         return HeapHeld(readings["source"], 0, None, None, None, None, "no steady step (every step compiled, or one step)")
     return HeapHeld(readings["source"], len(held), int(statistics.median(held)), max(held) - min(held),

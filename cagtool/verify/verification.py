@@ -697,6 +697,20 @@ def _write_result(run_dir: Path, result: Verification) -> None:
     write_atomic(run_dir / VERIFICATION_FILE, json.dumps(with_document_seal(result.to_dict()), indent=2) + "\n", root=run_dir)
 
 
+def rerun_cause_key(rep: Any, cause: Any) -> tuple:
+    """cause_key of a re-run's cause, a line of the patched copy it ran in the script's place named as
+    the script's (`drop-last-main.py:81` is `main.py:81`: a patch keeps the script's lines), so the
+    record's cause and the re-run's compare as the same cause."""
+    from cagtool.report.recompiles.explain import cause_key
+
+    key = cause_key(cause)
+    options = rep.manifest.options if isinstance(rep.manifest.options, dict) else {}
+    patched, script = options.get("patched_source"), options.get("patch_target")
+    if isinstance(patched, str) and isinstance(script, str) and len(key) >= 2 and key[-2] == os.path.basename(patched):
+        key = (*key[:-2], os.path.basename(script), key[-1])
+    return key
+
+
 def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[int, int]:
     """Of the causes `keys` names (number -> cause_key in the recorded run), those the re-run's own
     explanation still finds, with their recompiles (the most of any repetition). The re-run may
@@ -705,7 +719,7 @@ def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[in
     gathers them): their recompiles are summed, not the last one's taken."""
     from collections import Counter
 
-    from cagtool.report.recompiles.explain import cause_key, explain
+    from cagtool.report.recompiles.explain import explain
     from cagtool.report.recompiles.table import recompile_table
 
     left: dict[int, int] = {}
@@ -714,7 +728,7 @@ def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[in
             continue
         found: Counter[tuple] = Counter()
         for cause in explain(recompile_table(rep)).causes:
-            found[cause_key(cause)] += cause.count
+            found[rerun_cause_key(rep, cause)] += cause.count
         for number, key in keys.items():
             if key in found:
                 left[number] = max(left.get(number, 0), found[key])
@@ -726,17 +740,17 @@ def causes_uncovered(record: RunRecord, baseline: RunRecord, mode: str, cwd: str
     each as (its title, its recompiles, the most of any repetition), in the explanation's order.
     torch reports one failing guard per recompile: a fix that removes a recompile's first can leave
     the recompile to the next guard, which the record never named."""
-    from cagtool.report.recompiles.explain import cause_key, cause_words, explain
+    from cagtool.report.recompiles.explain import cause_words, explain
     from cagtool.report.recompiles.table import recompile_table
 
-    def causes(run: RunRecord) -> list[list[Any]]:
-        return [explain(recompile_table(rep)).causes for name, rep in run.modes.items() if name == mode or name.startswith(f"{mode}.")]
+    def causes(run: RunRecord) -> list[tuple[Any, list[Any]]]:
+        return [(rep, explain(recompile_table(rep)).causes) for name, rep in run.modes.items() if name == mode or name.startswith(f"{mode}.")]
 
-    before = {cause_key(c) for found in causes(baseline) for c in found}
+    before = {rerun_cause_key(rep, c) for rep, found in causes(baseline) for c in found}
     new: dict[tuple, tuple[str, int]] = {}
-    for found in causes(record):
+    for rep, found in causes(record):
         for cause in found:
-            key = cause_key(cause)
+            key = rerun_cause_key(rep, cause)
             if key not in before and cause.caused_by is None:
                 title = cause_words(cause, cwd).title
                 new[key] = (title, max(new.get(key, ("", 0))[1], cause.count))
@@ -995,10 +1009,12 @@ def _verify_in(run: Any, run_dir: Path, work: Path, root: Path, mode: str, fixes
         speedup = change.speedup if change is not None else None
         numerics = [d for d in (change.numerics if change is not None else ()) if not d.inputs_differ]
         agree = all(d.agrees for d in numerics) if numerics else None
-        if fix.patch is not None and fix.patch.name == DROP_LAST:
-            agree = None  # it trains on fewer samples: the losses differ by design
+        # drop_last trains on fewer samples, where it dropped a batch (fewer steps): the losses differ by design
+        dropped = fix.patch is not None and fix.patch.name == DROP_LAST and list(baseline.steps) != list(measured.steps)
+        if dropped:
+            agree = None
         verdict, reasons = judge(baseline, measured, speedup, agree, check)
-        if fix.patch is not None and fix.patch.name == DROP_LAST:
+        if dropped:
             reasons.append(f"numerics not compared: drop_last=True leaves each epoch's last batch untrained (steps "
                            f"{repetition_counts(baseline.steps)} -> {repetition_counts(measured.steps)}), so the losses differ by design")
         left = causes_left(fixed_record, mode, {n: k for n, k in (cause_keys or {}).items() if n in fix.causes})

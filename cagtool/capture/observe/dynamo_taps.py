@@ -47,6 +47,7 @@ from cagtool.capture.observe.torch_logs import (
     ARGNAMES_KEY,
     ASSUME_STATIC_KEY,
     FULLGRAPH_KEY,
+    BACKWARD_METRICS_KEY,
     PHASE_KEY,
     RECOMPILE_LIMIT_KEY,
     USER_FRAME_KEY,
@@ -71,6 +72,8 @@ _METRIC_FIELDS = (
     "fail_reason",
     "has_guarded_code",
 )
+# A backward's metrics (AOTAutograd's lazy backward compile, `is_forward` False).
+_BACKWARD_FIELDS = ("compile_id", "backward_cumulative_compile_time_us", "inductor_compile_time_s", "fail_type")
 
 # (module, attribute path) of every function tapped; `cagtool doctor` and the internals tests
 # check they exist.
@@ -151,9 +154,14 @@ class DynamoTaps:
 
     @staticmethod
     def _metrics(metrics: Any) -> tuple[dict[str, Any], None] | None:
-        # torch names a backward's or a runtime's metrics bwd_/..._runtime: not a frame compile
-        if getattr(metrics, "is_forward", None) is False or getattr(metrics, "is_runtime", None) is True:
+        # torch names a runtime's metrics ..._runtime: no compile; a backward's bwd_: the backward
+        # AOTAutograd compiled at its first call, apart from its frame's compile
+        if getattr(metrics, "is_runtime", None) is True:
             return None
+        if getattr(metrics, "is_forward", None) is False:
+            backward = {name: getattr(metrics, name, None) for name in _BACKWARD_FIELDS}
+            backward["compile_id"] = str(backward["compile_id"]) if backward["compile_id"] is not None else None
+            return {BACKWARD_METRICS_KEY: backward}, None
         fields = {name: getattr(metrics, name, None) for name in _METRIC_FIELDS}
         if fields["compile_id"] is not None:
             fields["compile_id"] = str(fields["compile_id"])

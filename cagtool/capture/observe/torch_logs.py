@@ -22,6 +22,7 @@ from cagtool.record.schema import (
     ARTIFACT_STACK,
     COMPILE_ARTIFACTS,
     AotBackwardGraphEvent,
+    BackwardCompileEvent,
     CompileArtifactEvent,
     DynamoCompileEvent,
     DynamoRecompileEvent,
@@ -50,6 +51,8 @@ FULLGRAPH_KEY = "cagtool_fullgraph"  # a graph break is an error in this compile
 WRAPPER_FILE = os.path.join("_dynamo", "external_utils.py")
 ARGNAMES_KEY = "cagtool_argnames"  # in `dynamo_start`: the compiled code's parameters, in order
 _US = 1e-6
+# torch's name for a backward's compilation metrics in a TORCH_TRACE log, used for the live tap's too
+BACKWARD_METRICS_KEY = "bwd_compilation_metrics"
 
 
 # torch's profile-guided (PGO) suggestion after a shape recompile, in its own words: the tail that
@@ -149,12 +152,18 @@ class StructuredLogHandler(logging.Handler):
     def _handle(self, metadata: dict[str, Any], payload: str | None) -> None:
         # A compile's records are stamped with the step its frame's work belongs to (an optimizer's
         # step() compiled after the step ended at its backward: StepTracker.step_of_compile).
-        metrics = metadata.get("compilation_metrics")
+        metrics = metadata.get("compilation_metrics") or metadata.get(BACKWARD_METRICS_KEY)
         cid = str(metrics.get("compile_id") or "") if isinstance(metrics, dict) else compile_id_of(metadata)  # the metrics hold theirs
         step = self.steps.step_of_compile(cid)
         if "compilation_metrics" in metadata:
             self._compile(metadata["compilation_metrics"], step, metadata.get(PHASE_KEY), metadata.get(RECOMPILE_LIMIT_KEY),
                           metadata.get(ASSUME_STATIC_KEY), metadata.get(FULLGRAPH_KEY))
+        elif isinstance(metadata.get(BACKWARD_METRICS_KEY), dict):
+            m = metadata[BACKWARD_METRICS_KEY]
+            self.writer.emit(BackwardCompileEvent, compile_id=cid, step=step,
+                             compile_time_s=_seconds(m.get("backward_cumulative_compile_time_us"), _US),
+                             inductor_compile_time_s=_seconds(m.get("inductor_compile_time_s")),
+                             fail_type=str(m["fail_type"]) if m.get("fail_type") else None)
         elif "aot_backward_graph" in metadata:
             self.writer.emit(AotBackwardGraphEvent, compile_id=cid, step=step)
             if payload:

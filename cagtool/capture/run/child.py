@@ -171,6 +171,7 @@ def _record_mode(spec: ModeSpec) -> int:
 
     if (patched := patched_source_for(target)) is not None:
         manifest.options["patched_source"] = patched  # the record says it ran a patched copy
+        manifest.options["patch_target"] = os.path.abspath(target.name)  # in place of this script
     from cagtool.capture.modes import checkpoint_variant
 
     if (variant := checkpoint_variant.requested()) is not None:

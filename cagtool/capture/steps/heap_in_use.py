@@ -9,7 +9,12 @@ counts the bytes in use now: `uordblks` (heap chunks in use, every arena) plus `
 chunks: torch's CPU allocator takes large tensors with posix_memalign, which glibc mmaps above its
 threshold) (docs/torch-internals.md, "Heap in use on CPU"). Read at each top-level backward's
 entry, minus the reading at the previous step's end (an optimizer's step() returning, or the
-previous backward's end), it is what that step's forward left held for its backward.
+previous backward's end), it is what that step's forward left held for its backward, once the
+gradients freed in between are counted back: `zero_grad()` (set_to_none, the default) after the
+step, or before the next forward, frees every .grad after the first reading, and the forward's held
+memory read net of them came out negative (-6.8 MiB checkpointed against 10.5 MiB plain, read as
+"saves 100%"). So the bytes of the optimizers' parameters' .grad are read at both points too, and
+`held_grads` keeps what was freed between them (the report adds it back).
 
 Inside the backward the in-use maximum is sampled by a thread every SAMPLE_S while a backward runs
 (idle otherwise): where the recompute of every checkpointed block runs before any of its gradients
@@ -56,8 +61,12 @@ class HeapReadings:
     """Per top-level backward call, in order: the heap in use before it (the last step end; None
     for the first), at its entry, and the sampled maximum while it ran."""
 
-    def __init__(self, read: Any) -> None:
+    def __init__(self, read: Any, grads: Any = None) -> None:
         self._read = read
+        # The bytes of the live optimizers' parameters' .grad now (the tracker's), or None
+        self._grads = grads
+        self.grads_freed: list[int] = []  # per reading: .grad bytes freed between `before` and the entry
+        self._grads_mark: int | None = None
         self.before: list[int | None] = []
         self.at_entry: list[int] = []
         self.max_inside: list[int] = []
@@ -90,8 +99,12 @@ class HeapReadings:
     def step_ended(self) -> None:
         try:
             self._mark = self._in_use()
+            self._grads_mark = self._grad_bytes()
         except Exception:  # noqa: BLE001
             self.errors += 1
+
+    def _grad_bytes(self) -> int | None:
+        return None if self._grads is None else int(self._grads())
 
     def _began(self) -> None:
         self.calls += 1
@@ -101,6 +114,8 @@ class HeapReadings:
         with self._lock:
             self._generation += 1
             self._max = now
+        grads = self._grad_bytes()
+        self.grads_freed.append(max(self._grads_mark - grads, 0) if self._grads_mark is not None and grads is not None else 0)
         self.before.append(self._mark)
         self.at_entry.append(now)
         if self._sampler is None:
@@ -117,6 +132,7 @@ class HeapReadings:
             self._generation += 1
             self.max_inside.append(max(self._max, now))
         self._mark = now
+        self._grads_mark = self._grad_bytes()
 
     def _sample(self) -> None:
         while True:
@@ -133,7 +149,8 @@ class HeapReadings:
         """For the manifest (options["heap_in_use"])."""
         count = min(len(self.at_entry), len(self.max_inside))
         return {"source": HEAP_SOURCE, "sample_s": SAMPLE_S, "backward_calls": self.calls, "errors": self.errors,
-                "before": self.before[:count], "at_entry": self.at_entry[:count], "max_inside": self.max_inside[:count]}
+                "before": self.before[:count], "at_entry": self.at_entry[:count], "max_inside": self.max_inside[:count],
+                "grads_freed": self.grads_freed[:count]}
 
 
 def unavailable() -> dict[str, Any]:
@@ -141,9 +158,26 @@ def unavailable() -> dict[str, Any]:
     return {"source": None, "why": "the C library has no mallinfo2 (not glibc >= 2.33)"}
 
 
-def readings_if_requested() -> HeapReadings | None:
-    """The readings for this process when HEAP_READINGS_ENV asks for them and glibc has mallinfo2."""
+def readings_if_requested(optimizers: Any = None) -> HeapReadings | None:
+    """The readings for this process when HEAP_READINGS_ENV asks for them and glibc has mallinfo2.
+    `optimizers`: id -> weak reference of every live optimizer (the tracker's `known`), whose
+    parameters' .grad bytes are read beside the heap."""
     if not requested():
         return None
     read = mallinfo2()
-    return HeapReadings(read) if read is not None else None
+    if read is None:
+        return None
+    grads = None
+    if optimizers is not None:
+        def grads() -> int:
+            total, seen = 0, set()
+            for ref in list(optimizers.values()):
+                optimizer = ref()
+                for group in getattr(optimizer, "param_groups", None) or ():
+                    for p in group.get("params", ()):
+                        g = getattr(p, "grad", None)
+                        if g is not None and id(g) not in seen:
+                            seen.add(id(g))
+                            total += g.numel() * g.element_size()
+            return total
+    return HeapReadings(read, grads)

@@ -160,7 +160,7 @@ class StepTracker:
         self._hooks: InstalledHooks | None = None
         # The heap in use around each backward, only in `cagtool checkpointing`'s re-runs (heap_in_use.py)
         self._heap_requested = heap_in_use.requested()
-        self.heap = heap_in_use.readings_if_requested()
+        self.heap = heap_in_use.readings_if_requested(self.known)
 
     # -- what the observers and the recorder read ---------------------------------------------
     @property

@@ -219,7 +219,8 @@ def left_aligned(index: int, name: str) -> bool:
     return index == 0 or name in ("", "mode", "note", "verdict")
 
 
-_PHASES = (("dynamo", "  Dynamo"), ("aot", "  AOTAutograd"), ("inductor", "  Inductor"), ("ca_capture", "  CA capture"))
+_PHASES = (("dynamo", "  Dynamo"), ("aot", "  AOTAutograd"), ("inductor", "  Inductor"), ("ca_capture", "  CA capture"),
+           ("backward", "  AOT backward at 1st call"))
 
 
 # (label, cell) for the per-mode rows of the one-run view.
@@ -246,6 +247,8 @@ _MODE_ROWS: tuple[tuple[str, Callable[[ModeColumn], str]], ...] = (
 
 
 _OPTIONAL_ROWS = frozenset({"peak CUDA memory"})  # shown only when some mode has a figure
+# Shown only when some mode spent time in it (a backward compiled at its first call: a backend that compiles one).
+_WHEN_TIMED = frozenset({"  AOT backward at 1st call"})
 # Shown only where the forward and backward rows do not make torch's count of some mode's graphs.
 _WHEN_GRAPHS_SPLIT = frozenset({"Dynamo graphs (torch)"})
 
@@ -257,6 +260,8 @@ def mode_grid(comparison: Comparison) -> Grid:
         cells = [cell(c) for c in columns]
         if label in _OPTIONAL_ROWS and all(text == "-" for text in cells):
             continue  # e.g. no CUDA memory on a CPU job
+        if label in _WHEN_TIMED and not any(c.metrics and c.compile_phases_s.get("backward") for c in columns):
+            continue
         if label in _WHEN_GRAPHS_SPLIT and not any(c.metrics and dynamo_graph_count(c.metrics) for c in columns):
             continue
         grid.rows.append([label, *cells])

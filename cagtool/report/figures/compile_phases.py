@@ -1,6 +1,6 @@
 """Compile time as torch's phases nest it: Dynamo's time contains AOTAutograd's, which contains
 Inductor's (torch's cumulative times in each compile's metrics); compiled autograd's capture runs
-outside Dynamo. One tree for the terminal and the HTML, so no renderer lists the phases as rows
+outside Dynamo, and so does the compile of a backward AOTAutograd compiles at its first call. One tree for the terminal and the HTML, so no renderer lists the phases as rows
 that read as if they added up."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ _TREE = (
     ("aot", "AOTAutograd", 2, "Dynamo"),
     ("inductor", "Inductor", 3, "AOTAutograd"),
     ("ca_capture", "CA capture", 1, "compile"),
+    ("backward", "AOT backward, compiled at its first call", 1, "compile"),
 )
 
 

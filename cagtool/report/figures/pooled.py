@@ -476,6 +476,7 @@ NUMERIC_FIELDS = (
     "compile_aot_s",
     "compile_inductor_s",
     "compile_ca_capture_s",
+    "compile_backward_s",
     "first_step_s",
     "step_time_median_s",
     "step_time_p10_s",
@@ -511,6 +512,7 @@ def mode_fields(column: ModeColumn) -> dict[str, Any]:
         "compile_aot_s": phases.get("aot") if m else None,
         "compile_inductor_s": phases.get("inductor") if m else None,
         "compile_ca_capture_s": phases.get("ca_capture") if m else None,
+        "compile_backward_s": phases.get("backward") if m else None,  # AOT backwards compiled at their first call
         "first_step_s": column.first_step_s,
         "step_time_median_s": st.median_s,
         "step_time_p10_s": st.p10_s,

@@ -117,10 +117,27 @@ class ModeSnapshot:
     # seconds (capture/versions.py reference_loop_s; `machine` in run.json and the baseline file,
     # not a mode's figure): the gate's measure of a speed difference between the two machines.
     reference_loop_s: float | None = None
+    # Of compile_time_s, the backwards AOTAutograd compiled at their first call (metrics.backward_compile_s),
+    # per repetition beside compile_time_samples_s; None in a baseline saved before they were
+    # counted, whose compile times leave them out (the gate then compares this run's without them).
+    backward_compile_s: float | None = 0.0
+    backward_compile_samples_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.ca_recompiles is None:
             object.__setattr__(self, "ca_recompiles", self.ca_cache_misses)
+
+    def without_backward_compiles(self) -> ModeSnapshot:
+        """The compile figures as a baseline saved before backward compiles were counted has them."""
+        if self.backward_compile_s is None:
+            return self
+        samples = self.compile_time_samples_s
+        if samples and len(self.backward_compile_samples_s) == len(samples):
+            samples = tuple(max(c - b, 0.0) for c, b in zip(samples, self.backward_compile_samples_s))
+            total = median_of(list(samples))
+        else:
+            samples, total = (), max(self.compile_time_s - self.backward_compile_s, 0.0)
+        return replace(self, compile_time_s=total, compile_time_samples_s=samples, backward_compile_s=None, backward_compile_samples_s=())
 
     @property
     def compile_samples(self) -> tuple[float, ...]:
@@ -188,6 +205,7 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
         forward_graphs=m.forward_graphs,
         backward_graphs=m.backward_graphs,
         compile_time_s=column.compile_time_s if column.compile_time_s is not None else m.compile_time_s,
+        backward_compile_s=m.compile_phases_s.get("backward", 0.0),
         step_time=step_time,
         exit_code=column.exit_code,
         repetitions=len(column.records),
@@ -217,8 +235,11 @@ def _with_spread(snap: ModeSnapshot, records: list[ModeRecord]) -> ModeSnapshot:
     """One compile time per repetition: the only spread a compile time has."""
     if not records:
         return snap
-    samples = tuple(mode_metrics(rec).compile_time_s for rec in records)
-    return replace(snap, compile_time_samples_s=samples if len(samples) > 1 else ())
+    metrics = [mode_metrics(rec) for rec in records]
+    samples = tuple(m.compile_time_s for m in metrics)
+    backward = tuple(m.compile_phases_s.get("backward", 0.0) for m in metrics)
+    return replace(snap, compile_time_samples_s=samples if len(samples) > 1 else (), backward_compile_s=median_of(list(backward)),
+                   backward_compile_samples_s=backward if len(samples) > 1 else ())
 
 
 def exit_code_disagreements(run: RunRecord, names: tuple[str, ...] | list[str]) -> list[str]:
@@ -370,6 +391,8 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
     modes = {}
     for name, snap in new.modes.items():
         before = previous.modes.get(name)
+        if before is not None and before.backward_compile_s is None:
+            snap = snap.without_backward_compiles()  # a baseline saved before they were counted: its figures are kept as they are
         samples = (*(before.compile_samples if before is not None else ()), *snap.compile_samples)[-MAX_COMPILE_SAMPLES:]
         waits = [w for w in (before.compile_wait if before is not None else None, snap.compile_wait) if w is not None]
         # The compile time is the median of those held, as a run's of its repetitions (figures.pooled):
@@ -576,6 +599,9 @@ class _ModeFile(Struct, kw_only=True):
     backward_graphs: _Count = 0
     compile_time_s: Seconds
     compile_time_samples_s: list[Seconds] | None = None
+    # The backwards AOTAutograd compiled at their first call, within compile_time_s; absent in files
+    # written before they were counted (their compile_time_s leaves them out).
+    backward_compile_s: Seconds | UnsetType = UNSET
     peak_rss_bytes: Bytes | None = None
     peak_device_memory_bytes: Bytes | None = None
     step_time: _StepTimeFile | None = None
@@ -628,6 +654,7 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
         backward_graphs=snap.backward_graphs,
         compile_time_s=_round(snap.compile_time_s),  # type: ignore[arg-type]
         compile_time_samples_s=[_round(v) for v in snap.compile_time_samples_s] or None,  # type: ignore[misc]
+        backward_compile_s=UNSET if snap.backward_compile_s is None else _round(snap.backward_compile_s),  # type: ignore[arg-type]
         peak_rss_bytes=snap.peak_rss_bytes,
         peak_device_memory_bytes=snap.peak_device_memory_bytes,
         step_time=None if st is None else _StepTimeFile(
@@ -718,6 +745,7 @@ def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
         peak_rss_bytes=data.peak_rss_bytes,
         peak_device_memory_bytes=data.peak_device_memory_bytes,
         compile_time_samples_s=tuple(data.compile_time_samples_s or ()),
+        backward_compile_s=None if data.backward_compile_s is UNSET else data.backward_compile_s,  # type: ignore[arg-type]
         compile_wait=None if data.compile_cpu_wait is UNSET else data.compile_cpu_wait,  # type: ignore[arg-type]
     )
 

@@ -60,7 +60,7 @@ PHASE_MARKS = "phase_bars"
 
 # The labels say how torch's cumulative phase times nest (figures/compile_phases.py): a bar is
 # never read as a part that adds up with the others.
-PHASE_LABELS = {"dynamo": "Dynamo (holds AOT)", "aot": "AOTAutograd (in Dynamo)", "inductor": "Inductor (in AOT)", "ca_capture": "CA capture"}
+PHASE_LABELS = {"dynamo": "Dynamo (holds AOT)", "aot": "AOTAutograd (in Dynamo)", "inductor": "Inductor (in AOT)", "ca_capture": "CA capture", "backward": "AOT backward (at its first call)"}
 
 
 @dataclass(frozen=True)

@@ -160,11 +160,15 @@ def _modes_by_base(run: RunRecord) -> dict[str, list[str]]:
 
 def _phase_rows(comparison: Comparison, label_prefix: str = "") -> list[dict[str, Any]]:
     rows = []
+    # The AOT backward compiled at its first call only where some mode compiled one (as the compare table).
+    timed = any(c.metrics is not None and c.compile_phases_s.get("backward") for c in comparison.modes.values())
     for name, column in comparison.modes.items():
         if column.metrics is None:
             continue
         label = f"{label_prefix}{name}"
         for key, phase in charts.PHASE_LABELS.items():
+            if key == "backward" and not timed:
+                continue
             rows.append({"mode": label, "phase": phase, "seconds": column.compile_phases_s.get(key, 0.0)})
         rows.append({"mode": label, "phase": "total", "seconds": column.compile_time_s or 0.0})
     return rows

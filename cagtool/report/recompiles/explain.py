@@ -1538,8 +1538,9 @@ LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=T
 # cuts bptt-long chunks, the last one shorter), where no drop_last applies.
 HAND_SLICE_FIX = ("If it is the last batch: no DataLoader ran in this job, so it is a slice the script makes itself. "
                   "Skip a slice shorter than the others (it is then not trained on) or pad it to the full size, or trim the "
-                  "data to a multiple of the slice's length before the loop (as word_language_model's batchify trims it to "
-                  "the batch size); every call then has one size.")
+                  "data before the loop so that every slice is full: to a multiple of the slice's length, plus one row where "
+                  "each slice's target is the next row (word_language_model's get_batch cuts `min(bptt, len(source) - 1 - i)` "
+                  "rows: its data needs a multiple of bptt plus one); every call then has one size.")
 HAND_RESHAPE_FIX = ("If a last batch of one example does it: no DataLoader ran in this job, so it is a slice the script makes "
                     "itself. Skip a slice of one example, or size the data so that no slice has one: every batch then "
                     "reshapes alike, and the backward keeps one graph.")

@@ -133,13 +133,20 @@ class Cause:
 
     @property
     def place(self) -> str:
-        """Where in the run its recompiles came (reads.steps_place): "step 4", "between steps 3 and 4"."""
-        return steps_place(self.steps, self.between_steps)
+        """Where in the run its recompiles came (reads.steps_place): "step 4", "between steps 3 and 4";
+        a cause of training steps some of whose recompiles an evaluation compiled (`evaluation_steps`:
+        the unfrozen parameters met again with grad off) says both: "step 15, between steps 19 and 20"."""
+        evaluations = [] if self.between_steps else list(self.facts.get("evaluation_steps") or ())
+        if not evaluations:
+            return steps_place(self.steps, self.between_steps)
+        training = sorted({r.step for r in self.rows if r.step is not None and r.compile_id not in self.facts.get("evaluation_ids", ())})
+        return ", ".join(p for p in (steps_place(training, False), steps_place(evaluations, True)) if p)
 
     @property
     def place_said(self) -> str:
         """`place`, with what "between steps" means where it is said (a cause's heading)."""
-        return self.place + (" (grad off: an evaluation, not a training step)" if self.between_steps and self.place else "")
+        evaluated = self.between_steps or bool(self.facts.get("evaluation_steps"))
+        return self.place + (" (grad off: an evaluation, not a training step)" if evaluated and self.place else "")
 
 
 @dataclass
@@ -980,6 +987,10 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
                 # every miss of the cause is a backward graph's own warm-up (one per graph)
                 "grad_warmup_per_graph": per_graph,
                 "backward_calls": list(dict.fromkeys(r.user_source for r in cause.rows if r.user_source is not None)) if per_graph else [],
+                # every miss came at or after the step gradient accumulation began (one backward call a
+                # step before it, several from it): the step's later calls add into the .grad its first made
+                "accumulation_from": accumulation if (accumulation := table.accumulation_from) is not None
+                and all(r.step is not None and r.step >= accumulation for r in cause.rows) else None,
                 **_stability(table, cause)}
     if cause.code == CAUSE_UNKNOWN and table.failed_captures:
         # torch captures a graph whose capture raised again when it comes back, and reports no reason for it
@@ -1846,6 +1857,12 @@ def _grad_defined(cause: Cause, cwd: str) -> Words:
     elif cause.count == 1 and cause.facts.get("grad_warmup"):
         why.append("Once (the first backward sees .grad None, the next accumulates) this costs one extra graph "
                    "and is harmless: `gate --max-recompiles ca:N` does not count it.")
+    elif (began := cause.facts.get("accumulation_from")) is not None:
+        why.append(f"Gradient accumulation began at step {began}: one backward call a step before it, several from it. A step's "
+                   "first backward finds .grad None (zero_grad() left it so) and makes it; the next adds into it, which "
+                   "AccumulateGrad compiles as another graph.")
+        fix.append("Nothing to fix: from then on both graphs are cached and every step uses both; it is what accumulating "
+                   "costs compiled autograd, once.")
     else:
         fix.append("Clear gradients the same way every step: optimizer.zero_grad(set_to_none=True) "
                    "(the default) on every step, not only on some.")
@@ -4030,13 +4047,16 @@ def own_guard(row: RecompileRow) -> str:
 
 
 def evaluation_compile(table: RecompileTable, row: RecompileRow) -> bool:
-    """A recompile compiled for an evaluation: its own guard on the grad mode with the compile's
-    guard tree saying grad off, or a switch into inference mode (`Cause.between_steps`, one row).
-    It came after step k-1 ended, stamped k as whatever runs before a step's backward is."""
+    """A recompile compiled for an evaluation: a guard on the grad mode failed (its own, or an
+    entry's the evaluation's grad-off call also failed: after an unfreeze, the grad-off entry failed
+    on requires_grad and the training entry on the grad mode) with the compile's guard tree saying
+    grad off (`RecompileTable.grad_modes` holds only such compiles), or a switch into inference mode
+    (`Cause.between_steps`, one row). It came after step k-1 ended, stamped k as whatever runs before
+    a step's backward is."""
     guard = own_guard(row)
     if not guard or row.initial:
         return False
-    return (guard_kind(guard) == GUARD_GRAD_MODE and table.grad_modes.get(row.compile_id) is False) or inference_mode_switch(guard) is True
+    return table.grad_modes.get(row.compile_id) is False or inference_mode_switch(guard) is True
 
 
 def another_optimizer(row: RecompileRow) -> bool:
@@ -4285,26 +4305,32 @@ def _split_by_forward_cause(table: RecompileTable, causes: list[Cause]) -> list[
     """A backward cause whose every CA capture follows a forward recompile of its step, from two or
     more forward causes (an HF model's forward compiled again for a config attribute at step 1 and
     for a last batch at step 6: each time the backward meets a new CompiledFunctionBackward at the
-    same place), is one cause per forward cause, each following its own (_roots). Dynamo's
-    recompiles of a CA graph go with the capture that made the graph."""
+    same place), is one cause per forward cause, each following its own (_roots). Captures of the
+    cause that follow no forward recompile (a loss switched at a later phase: new nodes of the
+    backward's own) are a cause of their own beside them, never the forward causes' with them.
+    Dynamo's recompiles of a CA graph go with the capture that made the graph."""
     owner = _forward_owners(table, causes)
     if not owner:
         return causes
     follows = _forward_follows(table, owner)
     split: list[Cause] = []
+
+    def part(row: RecompileRow) -> int | None:
+        return id(follows[row.seq]) if row.seq in follows else None
+
     for cause in causes:
         ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
-        if (cause.code not in _FOLLOWER_CODES or not ca_rows or any(r.seq not in follows for r in ca_rows)
+        if (cause.code not in _FOLLOWER_CODES or not ca_rows or not any(r.seq in follows for r in ca_rows)
                 or any(r.source not in (SOURCE_CA, SOURCE_DYNAMO_CA_GRAPH) for r in cause.rows)
-                or len({id(follows[r.seq]) for r in ca_rows}) == 1):
+                or len({part(r) for r in ca_rows}) == 1):
             split.append(cause)
             continue
-        parts: dict[int, list[RecompileRow]] = {}
-        part_of_graph: dict[int, int] = {}
-        last = id(follows[ca_rows[0].seq])
+        parts: dict[int | None, list[RecompileRow]] = {}
+        part_of_graph: dict[int, int | None] = {}
+        last = part(ca_rows[0])
         for row in cause.rows:
             if row.source == SOURCE_CA:
-                last = id(follows[row.seq])
+                last = part(row)
                 if row.ca_id is not None:
                     part_of_graph[row.ca_id] = last
                 parts.setdefault(last, []).append(row)
@@ -4629,6 +4655,12 @@ def size_recompiles(explanation: Explanation) -> int:
 
 def explain(table: RecompileTable) -> Explanation:
     causes = group_causes(table)
+    for cause in causes:
+        # Recompiles an evaluation compiled in a cause of training steps (Cause.place): said as between steps.
+        evaluations = [r for r in cause.rows if r.step is not None and evaluation_compile(table, r)]
+        if evaluations and not cause.between_steps and len(evaluations) < len(cause.rows):
+            cause.facts["evaluation_ids"] = [r.compile_id for r in evaluations]
+            cause.facts["evaluation_steps"] = sorted({r.step for r in evaluations})
     if table.stopping_compile is not None:
         # A recompile whose compile raised the error the process ended with: that cause stopped the job.
         stopping = table.stopping_compile[0]

@@ -261,6 +261,9 @@ class RecompileTable:
     # Reads the steps with a torch.autograd.grad call (grad_call_steps), on first use: the same cause asks.
     _read_grad_calls: Callable[[], frozenset[int]] | None = field(default=None, repr=False, compare=False)
     _grad_calls: frozenset[int] | None = field(default=None, repr=False, compare=False)
+    # Reads the step gradient accumulation began at (accumulation_from), on first use: a .grad cause asks.
+    _read_accumulation: Callable[[], int | None] | None = field(default=None, repr=False, compare=False)
+    _accumulation: tuple[int | None] | None = field(default=None, repr=False, compare=False)
     # Reads the integer constants that differ between two graphs of the same nodes (changed_sizes.py,
     # saved_values_changed), on first use: only a miss on a graph of unchanged nodes asks.
     _read_saved_values: Callable[[CAGraphEvent, CAGraphEvent], list[tuple[str, int, int]] | None] | None = field(
@@ -295,6 +298,14 @@ class RecompileTable:
         if self._stepped_between is None:
             self._stepped_between = self._read_stepped_between() if self._read_stepped_between is not None else frozenset()
         return self._stepped_between
+
+    @property
+    def accumulation_from(self) -> int | None:
+        """The step from which the job ran several backward calls a step after running one (gradient
+        accumulation switched on at a later phase), or None."""
+        if self._accumulation is None:
+            self._accumulation = (self._read_accumulation() if self._read_accumulation is not None else None,)
+        return self._accumulation[0]
 
     @property
     def grad_call_steps(self) -> frozenset[int]:
@@ -772,6 +783,23 @@ def _stepped_between_backwards(record: ModeRecord) -> frozenset[int]:
     return frozenset(step for step, seq in zip(*_steps_and_seqs(record, BackwardEvent)) if step in first_step and seq > first_step[step])
 
 
+def _accumulation_from(record: ModeRecord) -> int | None:
+    """The first step with two or more top-level backward calls where every step before it (two at
+    least) had one: gradient accumulation switched on at a later phase. None otherwise."""
+    from collections import Counter
+
+    calls = record
+    if record.kind_counts.get(BackwardEvent.kind) and BackwardEvent.kind not in record.columns and not record.of(BackwardEvent):
+        calls = load_mode(record.path, kinds={BackwardEvent.kind}, columns=True)
+    steps, _ = _steps_and_seqs(calls, BackwardEvent)
+    per_step = Counter(s for s in steps if s is not None)
+    ordered = sorted(per_step)
+    for index, step in enumerate(ordered):
+        if per_step[step] > 1:
+            return step if index >= 2 and all(per_step[s] == 1 for s in ordered[:index]) else None
+    return None
+
+
 def _grad_call_steps(record: ModeRecord) -> frozenset[int]:
     """The steps with a backward call that is torch.autograd.grad (BackwardEvent.call), read now
     where the record was read without its backward calls."""
@@ -981,6 +1009,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
         _read_stepped_between=lambda: _stepped_between_backwards(record),
         _read_grad_calls=lambda: _grad_call_steps(record),
+        _read_accumulation=lambda: _accumulation_from(record),
         _read_saved_values=lambda before, after: saved_values_changed(record, before, after),
         fullgraph_frames=frozenset(frame for e in compile_events if e.fullgraph and (frame := compile_frame(e.compile_id)) is not None),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")

@@ -60,6 +60,7 @@ from cagtool.report.figures.intervals import (
 )
 from cagtool.report.figures.metrics import (
     MACHINE_NEGLIGIBLE,
+    PARALLEL_STEP,
     CpuWait,
     ModeMetrics,
     heavy_load_bound,
@@ -336,7 +337,8 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     ratio = interval.ratio if interval is not None else b.median_s / m.median_s
     load_factor = None
     on_cpu = interval is not None and interval.measure == "cpu"
-    heavy = tuple(heavy_load_bound(column.cpu_wait.runnable_fraction, "cpu" if on_cpu else "wall", column.cpu_wait.runnable)
+    heavy = tuple(heavy_load_bound(column.cpu_wait.runnable_fraction, "cpu" if on_cpu else "wall", column.cpu_wait.runnable,
+                                   column.cpu_wait.median_parallel)
                   if column.cpu_wait is not None and column.cpu_wait.runnable_fraction >= HEAVY_WAIT else None for column in (mode, baseline))
     if mode.cpu_wait is not None and baseline.cpu_wait is not None:
         load_factor = baseline.cpu_wait.slowdown / mode.cpu_wait.slowdown
@@ -347,9 +349,13 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
             note = f"{note}; {load}" if note else load
     if any(heavy):
         busy = " and ".join(label for label, is_heavy in zip((mode_label, baseline_label), heavy) if is_heavy)
+        parallel = [label for label, column, is_heavy in zip((mode_label, baseline_label), (mode, baseline), heavy) if is_heavy
+                    and column.cpu_wait is not None and (column.cpu_wait.median_parallel or 0) >= PARALLEL_STEP]
         words = (f"{busy}'s median step waited for a CPU {HEAVY_WAIT:.0%} or more of its runnable time: beyond that, the load can "
-                 f"slow a step far more than the wait alone says, its CPU time included (up to {bound_text(max(b for b in heavy if b))} here), "
-                 "so only a verdict that holds even so stands")
+                 f"slow a step far more than the wait alone says, its CPU time included (up to {bound_text(max(b for b in heavy if b))} here"
+                 + (f"; {' and '.join(parallel)} ran threads in parallel, each region waiting for its slowest thread while the others spin, "
+                    "which no wait bounds" if parallel else "")
+                 + "), so only a verdict that holds even so stands")
         note = f"{note}; {words}" if note else words
     return Speedup(
         mode=mode_label,

@@ -1319,13 +1319,25 @@ LOAD_EXPONENT = 1.6
 # been slowed that much stands; one that would not is the load's, not the code's.
 HEAVY_LOAD_EXPONENT = {"cpu": 1.0, "wall": 3.0}
 
+# A step whose process CPU time is this many times its loop thread's ran threads in parallel
+# (torch's intra-op pool): past HEAVY_WAIT the load's effect on it has no bound the wait gives
+# (heavy_load_bound), read as PARALLEL_HEAVY_BOUND, past which no verdict stands.
+PARALLEL_STEP = 1.5
+PARALLEL_HEAVY_BOUND = 1000.0
 
-def heavy_load_bound(wait: float, measure: str, runnable: float = 1.0) -> float:
+
+def heavy_load_bound(wait: float, measure: str, runnable: float = 1.0, parallel: float | None = None) -> float:
     """The most waiting for a CPU a share `wait` of its runnable time (HEAVY_WAIT or more) may have
     slowed a side's figure on `measure` ("cpu"; wall or device time otherwise). `runnable`: the
     share of the step's wall time it was runnable (on a CPU or waiting for one, CpuWait.runnable):
     a load slows only that part; the rest (a sleep, a wait for data or for a device) takes as long
-    on an idle machine, so on wall time the bound is 1 / ((1 - runnable) + runnable / bound)."""
+    on an idle machine, so on wall time the bound is 1 / ((1 - runnable) + runnable / bound).
+    `parallel` (CpuWait.median_parallel): a step whose threads ran in parallel (PARALLEL_STEP or
+    more) has no such bound: each parallel region waits for its slowest thread while the others
+    spin, on CPU time too (pytorch/examples' dcgan, torch's two intra-op threads beside four busy
+    processes: 73x its unloaded step, wall and CPU, at a 52% wait whose bound read 9x)."""
+    if parallel is not None and parallel >= PARALLEL_STEP:
+        return PARALLEL_HEAVY_BOUND
     factor = 1.0 / max(1.0 - wait, 1e-3)
     if measure == "cpu":
         return factor ** HEAVY_LOAD_EXPONENT["cpu"]
@@ -1374,6 +1386,9 @@ class CpuWait:
     # one; summed over threads, at most 1): below 1 for a step that sleeps or waits for data or a
     # device, which no load lengthens. None without readings per step (taken as 1).
     median_runnable: float | None = None
+    # The steady steps' process CPU time over their loop thread's (medians): 2 for a step that
+    # keeps two intra-op threads busy (heavy_load_bound); None where the steps do not say.
+    median_parallel: float | None = None
 
     @property
     def summed_fraction(self) -> float:
@@ -1526,7 +1541,8 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
         return None
     stall = max(last[2] - first[2], 0.0) if len(first) > 2 else None
     return CpuWait(wait_s=max(last[1] - first[1], 0.0), run_s=last[0] - first[0], window_s=end - start, stall_s=stall,
-                   median_slowdown=median_slowdown([record]), median_runnable=median_runnable([record]))
+                   median_slowdown=median_slowdown([record]), median_runnable=median_runnable([record]),
+                   median_parallel=median_parallel([record]))
 
 
 def compile_wait(record: ModeRecord) -> float | None:
@@ -1602,6 +1618,25 @@ def median_slowdown(records: list[ModeRecord]) -> float | None:
     share = np.concatenate([f[1] for f in found])  # type: ignore[index]
     idle = float(np.median(wall * (1.0 - share)))
     return float(np.median(wall)) / idle if idle > 0 else None
+
+
+def median_parallel(records: list[ModeRecord]) -> float | None:
+    """The steady steps' process CPU time over their loop thread's CPU time (the medians, pooled
+    over `records`): about 1 for a step on one thread, 2 for one that kept two threads busy. None
+    unless every record has both for its steady steps."""
+    process, thread = [], []
+    for record in records:
+        cpu, own = steady_cpu_seconds(record, "cpu_s"), steady_cpu_seconds(record, "thread_cpu_s")
+        if cpu is None or own is None:
+            return None
+        process += cpu
+        thread += own
+    if not process or not thread:
+        return None
+    import statistics
+
+    mine = statistics.median(thread)
+    return statistics.median(process) / mine if mine > 0 else None
 
 
 def median_runnable(records: list[ModeRecord]) -> float | None:

@@ -31,6 +31,7 @@ from cagtool.report.figures.metrics import (
     compile_wait,
     cpu_wait,
     not_times,
+    median_parallel,
     median_runnable,
     median_slowdown,
     mode_metrics,
@@ -374,7 +375,8 @@ def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:
     return CpuWait(sum(r.wait_s for _, r in read), sum(r.run_s for _, r in read), sum(r.window_s for _, r in read),
                    stall_s=sum(stalls) if all(s is not None for s in stalls) else None,  # type: ignore[misc]
                    median_slowdown=median_slowdown([record for record, _ in read]),
-                   median_runnable=median_runnable([record for record, _ in read]))
+                   median_runnable=median_runnable([record for record, _ in read]),
+                   median_parallel=median_parallel([record for record, _ in read]))
 
 
 def _pooled_stats(per_rep: list[tuple[ModeRecord, ModeMetrics]], intervals: list[float], excluded: list[int], first_step_s: float | None, clock: str) -> StepStats:

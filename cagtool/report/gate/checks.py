@@ -37,7 +37,7 @@ from cagtool.report.figures.intervals import (
     ratio_interval,
     timing_sample,
 )
-from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, heavy_load_bound, load_range
+from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, PARALLEL_STEP, heavy_load_bound, load_range
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
@@ -601,10 +601,13 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
         if snap is None or snap.runnable_wait is None or snap.runnable_wait < HEAVY_WAIT:
             continue
         runnable = snap.runnable if snap.runnable is not None else 1.0
-        bound = heavy_load_bound(snap.runnable_wait, measure, runnable)
+        parallel = getattr(snap, "parallel", None)  # a step's (StepTimeSnapshot); a compile's: none
+        bound = heavy_load_bound(snap.runnable_wait, measure, runnable, parallel)
         work = getattr(snap, "work", "step")  # what the check times: a step, or a compile
         included = ", its CPU time included" if work == "step" else ""
         part = f" (runnable {runnable:.0%} of its time: the load lengthens only that part)" if runnable < 0.95 else ""
+        if parallel is not None and parallel >= PARALLEL_STEP:
+            part += f" (its threads ran in parallel, {parallel:.1f}x its loop thread's CPU: each region waits for its slowest thread)"
         waited = (f"{check}: load: {side}'s {getattr(snap, 'span', 'median step')} waited for a CPU {snap.runnable_wait:.0%} of its "
                   f"runnable time{part}: beyond {HEAVY_WAIT:.0%}, the load can slow a {work} far more than the wait alone says{included} "
                   f"(a {work} that waits that long loses its caches to the neighbours), up to {bound_text(bound)} on "

@@ -138,3 +138,27 @@ def test_a_checkpoint_broken_by_a_side_effect_inside_compiled_code_names_the_bre
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     after = mode_metrics(load_run(fixed.path).modes["ca"])
     assert pieces > 0 and after.ca_code_graphs.pieces == 0 and after.graph_breaks == 0, (pieces, after.ca_code_graphs, after.graph_breaks)
+
+
+def test_checkpoint_sequential_is_named_as_what_dynamo_does_not_trace_and_the_loop_that_does(record_run):
+    """torch.utils.checkpoint.checkpoint_sequential inside the compiled forward (the checkpoint called
+    in compiled code, as the usual advice asks): torch marks it skipped, Dynamo breaks at its call
+    and runs its checkpoints eagerly, and their unpack hooks split the CA graph. The advice was to
+    call the checkpoint inside the compiled function, which the job did; it names checkpoint_sequential
+    and the loop of checkpoint() calls that traces, checked by recording the job with that loop."""
+    script = str(ROOT / "tests" / "scripts" / "checkpoint_sequential.py")
+    run = record_run(script, modes="ca", backend="aot_eager")
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, text, err = cli_in_process("summary", str(run.path), env={"CI": "true", "COLUMNS": "400"})
+    assert code == 0, err
+    headline, advice = (" ".join(part.split()) for part in text.split("\nwhat to do: ", 1))
+    assert "checkpoint_sequential (tests/scripts/checkpoint_sequential.py:36), which Dynamo does not trace, ran its checkpoints eagerly" in headline
+    assert advice.startswith("torch.utils.checkpoint.checkpoint_sequential is a function Dynamo does not trace"), advice
+    assert "a loop of torch.utils.checkpoint.checkpoint(segment, x, use_reentrant=False)" in advice
+    assert "Call the checkpoint inside the compiled function" not in text
+    before = mode_metrics(load_run(run.path).modes["ca"])
+    looped = record_run(script, "--loop", modes="ca", backend="aot_eager")
+    assert looped.returncode == 0, looped.stderr[-2000:]
+    after = mode_metrics(load_run(looped.path).modes["ca"])
+    assert before.ca_code_graphs.pieces > 0 and before.graph_breaks > 0, (before.ca_code_graphs, before.graph_breaks)
+    assert after.ca_code_graphs.pieces == 0 and after.graph_breaks == 0, (after.ca_code_graphs, after.graph_breaks)

@@ -384,7 +384,7 @@ def _checkpoint_split_phrase(comparison: Comparison, explanation: "Explanation |
     graph's code into pieces, each a Dynamo compile of its own (a recompile or not): how many, and
     where the checkpoint must run for none (docs/torch-internals.md: 200 s of compile -> 7.5 s on
     an HF model with gradient checkpointing, its backend eager -> aot_eager)."""
-    from cagtool.report.recompiles.explain import checkpoint_region_break, checkpoint_unpack_breaks
+    from cagtool.report.recompiles.explain import checkpoint_region_break, checkpoint_sequential_break, checkpoint_unpack_breaks
 
     column = _ca_column(comparison)
     if column is None or column.metrics is None or explanation is None:
@@ -394,6 +394,10 @@ def _checkpoint_split_phrase(comparison: Comparison, explanation: "Explanation |
         return ""
     split = (f"the CA graph's code split into {pieces + 1} pieces, each compiled by Dynamo, at the unpack hooks of non-reentrant "
              "checkpointing (torch.utils.checkpoint, gradient_checkpointing_enable())")
+    sequential = checkpoint_sequential_break(explanation.table)
+    if sequential is not None:
+        return (f"{split}: checkpoint_sequential ({sequential}), which Dynamo does not trace, ran its checkpoints eagerly: "
+                "a loop of checkpoint() calls traces")
     broken = checkpoint_region_break(explanation.table)
     if broken is not None:
         return (f"{split}: the checkpoint runs in compiled code, but Dynamo broke the graph inside it "

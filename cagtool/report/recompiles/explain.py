@@ -1041,10 +1041,27 @@ def checkpoint_region_break(table: RecompileTable) -> dict[str, Any] | None:
     return None
 
 
+def checkpoint_sequential_break(table: RecompileTable) -> str | None:
+    """Where the graph broke at a call of torch.utils.checkpoint.checkpoint_sequential ("file:line"),
+    which torch marks skipped for Dynamo; None where it did not."""
+    return next((f"{_library_path(file, table.cwd)}:{line}" for (file, line), message in table.break_reasons.items()
+                 if "`checkpoint_sequential`" in message and "skipped" in message), None)
+
+
 def checkpoint_fix(table: RecompileTable) -> str:
     """What makes the checkpoint's unpack hooks leave the compiled-autograd graph: the checkpoint
     traced as one region, which a graph break inside it (checkpoint_region_break) is what prevents
     where there is one; else calling it inside compiled code (CHECKPOINT_INSIDE_FIX)."""
+    sequential = checkpoint_sequential_break(table)
+    if sequential is not None:
+        # torch marks checkpoint_sequential skipped: Dynamo breaks at its call and runs it, and the
+        # checkpoints it makes, eagerly (a loop of checkpoint() calls traces: no break, no pieces).
+        return (f"torch.utils.checkpoint.checkpoint_sequential is a function Dynamo does not trace (torch marks it skipped): "
+                f"the graph breaks at its call at {sequential} and it runs eagerly, its "
+                "checkpoints with it, so their unpack hooks reach the compiled-autograd graph. Do what it does in the compiled code "
+                "yourself, a loop of torch.utils.checkpoint.checkpoint(segment, x, use_reentrant=False) over the segments (each a "
+                "torch.nn.Sequential of its modules), with a backend that runs AOTAutograd (inductor, aot_eager): Dynamo traces each "
+                "as one region, and the CA graph has no such break and no pieces.")
     found = checkpoint_region_break(table)
     if found is None:
         return CHECKPOINT_INSIDE_FIX

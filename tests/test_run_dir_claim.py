@@ -85,3 +85,23 @@ def test_the_python_api_refuses_a_claimed_directory(tmp_path):
     with pytest.raises(UsageError, match="already holds a run"):
         with cagtool.capture(output=tmp_path / "r", backend="eager"):
             pass
+
+
+def test_an_output_inside_another_runs_folder_is_refused_and_nothing_is_made_there(tmp_path):
+    """`import LOG -o RUN/ca` wrote an imported run into another run's mode folder, which every
+    reader then took for that mode: an output inside a cagtool run's folder (a run.json of cagtool's
+    above it) is a usage error before anything is made; a project's own run.json is not a run."""
+    import json
+
+    run = tmp_path / "run"
+    (run / "ca").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"format": "cagtool-run", "version": 3, "modes": ["ca"]}))
+    for inside in (run / "ca", run / "ca" / "graphs" / "new"):
+        with pytest.raises(UsageError, match=f"is inside the run {run}: a record is not written into another run's folder") as error:
+            claim_run_dir(inside, tmp_path / "runs", "job", "ca")
+        assert error.value.exit_code == EXIT_USAGE
+    assert sorted(p.name for p in (run / "ca").iterdir()) == []
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "run.json").write_text(json.dumps({"name": "a project's own config"}))
+    assert claim_run_dir(project / "out", tmp_path / "runs", "job", "ca") == project / "out"

@@ -10,12 +10,13 @@ the same way, so two runs in the same second take `-2`, `-3`... instead of shari
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime
 from pathlib import Path
 
 from cagtool.errors import UsageError
-from cagtool.record.schema import MODES, RUN_META_FILE
+from cagtool.record.schema import MODES, RUN_FORMAT, RUN_META_FILE
 
 
 def holds_run(path: Path) -> bool:
@@ -34,13 +35,34 @@ def _cannot_write(path: Path, exc: OSError) -> UsageError:
     return UsageError(f"cannot write the run record to {path}: {exc.strerror or exc}")
 
 
+def _run_around(path: Path) -> Path | None:
+    """The cagtool run `path` would be inside (a folder above it whose run.json is a cagtool run's:
+    `-o RUN/ca`, `-o RUN/ca/graphs`), or None."""
+    from cagtool.errors import CagtoolError
+    from cagtool.record.loader import read_json_object
+
+    for parent in Path(os.path.abspath(path)).parents:
+        if not (parent / RUN_META_FILE).is_file():
+            continue
+        try:
+            if read_json_object(parent / RUN_META_FILE, "run record").get("format") == RUN_FORMAT:
+                return parent
+        except CagtoolError:
+            continue
+    return None
+
+
 def claim_run_dir(output: Path | str | None, runs_root: Path | str, label: str, first_mode: str) -> Path:
     """The run directory, with `<run>/<first_mode>` created by this process and no other.
 
-    `output` (the user's `-o`) may exist and hold other files, not another run. Without it the
-    directory is `<runs_root>/<label>-<timestamp>[-N]`, the first free N taken atomically."""
+    `output` (the user's `-o`) may exist and hold other files, not another run, and is not inside
+    another run's folder (a record written into `RUN/ca` took that mode's place for every reader).
+    Without it the directory is `<runs_root>/<label>-<timestamp>[-N]`, the first free N taken atomically."""
     if output is not None:
         path = Path(output)
+        if (around := _run_around(path)) is not None:
+            raise UsageError(f"{path} is inside the run {around}: a record is not written into another run's folder; "
+                             "choose another -o directory")
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -100,6 +100,10 @@ def test_an_output_inside_another_runs_folder_is_refused_and_nothing_is_made_the
         with pytest.raises(UsageError, match=f"is inside the run {run}: a record is not written into another run's folder") as error:
             claim_run_dir(inside, tmp_path / "runs", "job", "ca")
         assert error.value.exit_code == EXIT_USAGE
+    # A link to the mode folder leads inside the run all the same.
+    (tmp_path / "linkca").symlink_to(run / "ca", target_is_directory=True)
+    with pytest.raises(UsageError, match=f"is inside the run {run}"):
+        claim_run_dir(tmp_path / "linkca", tmp_path / "runs", "job", "ca")
     assert sorted(p.name for p in (run / "ca").iterdir()) == []
     project = tmp_path / "project"
     project.mkdir()

@@ -230,3 +230,29 @@ def test_a_cause_at_a_line_of_the_patched_copy_is_the_same_cause_as_at_the_scrip
     assert rerun_cause_key(patched, rerun) == cause_key(recorded) == rerun_cause_key(plain, recorded)
     # A re-run that ran no copy keeps its own names: another file is another cause.
     assert rerun_cause_key(plain, rerun) != cause_key(recorded)
+
+
+def test_a_forward_size_cause_is_keyed_by_its_dimension_and_a_follower_by_its_root():
+    """--verify on a job with a last batch (x's dim 0, 8 -> 4) and a longer sequence (dim 1, 16 -> 24)
+    at the same call: drop-last removed the first, whose key was the second's (code, kind, line), so
+    "cause #4 is still there" though the re-run had no dim-0 change; and the backward captured again
+    after it matched the captures after the sequence change. Keyed by the dimension, and a follower
+    by its root, they are told apart."""
+    call = SourceRef(file="/job/phased.py", line=54, code="logits = cmodel(x)", function="<module>", how="caller")
+    back = SourceRef(file="/job/phased.py", line=59, code="loss.backward()", function="<module>", how="backward_call")
+    batch = Cause(CAUSE_DYNAMO_FRAME, [], number=4, source=call,
+                  facts={"kind": "size", "failures": [("0/1", "tensor 'L['x']' size mismatch at index 0. expected 8, actual 4")]})
+    length = Cause(CAUSE_DYNAMO_FRAME, [], number=6, source=call,
+                   facts={"kind": "size", "failures": [("0/3", "tensor 'L['x']' size mismatch at index 1. expected 16, actual 24")]})
+    after_batch = Cause(CAUSE_STRUCTURE, [], number=5, source=back, caused_by=4, facts={"variants": {5: ["CompiledFunctionBackward0", "CompiledFunctionBackward2"]}})
+    after_length = Cause(CAUSE_STRUCTURE, [], number=7, source=back, caused_by=6, facts={"variants": {5: ["CompiledFunctionBackward2", "CompiledFunctionBackward7"]}})
+    causes = [batch, after_batch, length, after_length]
+    from cagtool.report.recompiles.explain import cause_key
+
+    assert cause_key(batch) != cause_key(length)
+    assert cause_key(after_batch) == cause_key(after_length)  # alone they read alike: the same node, the same line
+    assert cause_key(after_batch, causes) != cause_key(after_length, causes)
+    # The re-run's cause after the sequence change, numbered otherwise, is the record's #7.
+    rerun_length = Cause(CAUSE_DYNAMO_FRAME, [], number=1, source=call, facts=length.facts)
+    rerun_after = Cause(CAUSE_STRUCTURE, [], number=2, source=back, caused_by=1, facts=after_length.facts)
+    assert cause_key(rerun_after, [rerun_length, rerun_after]) == cause_key(after_length, causes)

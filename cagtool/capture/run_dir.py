@@ -41,7 +41,9 @@ def _run_around(path: Path) -> Path | None:
     from cagtool.errors import CagtoolError
     from cagtool.record.loader import read_json_object
 
-    for parent in Path(os.path.abspath(path)).parents:
+    # As typed and as resolved: a link to a run's mode folder (`-o linkca`) leads inside it too.
+    named, real = Path(os.path.abspath(path)), Path(os.path.realpath(path))
+    for parent in dict.fromkeys([*named.parents, *real.parents, *([real] if real != named else [])]):
         if not (parent / RUN_META_FILE).is_file():
             continue
         try:

@@ -251,7 +251,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     from cagtool.report.recompiles.explain import cause_key
 
     return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {safe_line(line)}", file=err, flush=True),
-                  cause_keys={c.number: cause_key(c) for c in explanation.causes}, rerun_timeout=options.rerun_timeout)
+                  cause_keys={c.number: cause_key(c, explanation.causes) for c in explanation.causes}, rerun_timeout=options.rerun_timeout)
 
 
 def pgo_scope(explanation: "Explanation", said: str = "") -> str:

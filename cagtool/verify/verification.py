@@ -697,18 +697,18 @@ def _write_result(run_dir: Path, result: Verification) -> None:
     write_atomic(run_dir / VERIFICATION_FILE, json.dumps(with_document_seal(result.to_dict()), indent=2) + "\n", root=run_dir)
 
 
-def rerun_cause_key(rep: Any, cause: Any) -> tuple:
-    """cause_key of a re-run's cause, a line of the patched copy it ran in the script's place named as
-    the script's (`drop-last-main.py:81` is `main.py:81`: a patch keeps the script's lines), so the
-    record's cause and the re-run's compare as the same cause."""
+def rerun_cause_key(rep: Any, cause: Any, causes: list[Any] | None = None) -> tuple:
+    """cause_key of a re-run's cause (among its explanation's `causes`), a line of the patched copy it
+    ran in the script's place named as the script's (`drop-last-main.py:81` is `main.py:81`: a patch
+    keeps the script's lines), so the record's cause and the re-run's compare as the same cause."""
     from cagtool.report.recompiles.explain import cause_key
 
-    key = cause_key(cause)
     options = rep.manifest.options if isinstance(rep.manifest.options, dict) else {}
     patched, script = options.get("patched_source"), options.get("patch_target")
-    if isinstance(patched, str) and isinstance(script, str) and len(key) >= 2 and key[-2] == os.path.basename(patched):
-        key = (*key[:-2], os.path.basename(script), key[-1])
-    return key
+    if isinstance(patched, str) and isinstance(script, str):
+        copy, name = os.path.basename(patched), os.path.basename(script)
+        return cause_key(cause, causes, lambda file: name if file == copy else file)
+    return cause_key(cause, causes)
 
 
 def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[int, int]:
@@ -727,8 +727,9 @@ def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[in
         if name != mode and not name.startswith(f"{mode}."):
             continue
         found: Counter[tuple] = Counter()
-        for cause in explain(recompile_table(rep)).causes:
-            found[rerun_cause_key(rep, cause)] += cause.count
+        explained = explain(recompile_table(rep)).causes
+        for cause in explained:
+            found[rerun_cause_key(rep, cause, explained)] += cause.count
         for number, key in keys.items():
             if key in found:
                 left[number] = max(left.get(number, 0), found[key])
@@ -746,11 +747,11 @@ def causes_uncovered(record: RunRecord, baseline: RunRecord, mode: str, cwd: str
     def causes(run: RunRecord) -> list[tuple[Any, list[Any]]]:
         return [(rep, explain(recompile_table(rep)).causes) for name, rep in run.modes.items() if name == mode or name.startswith(f"{mode}.")]
 
-    before = {rerun_cause_key(rep, c) for rep, found in causes(baseline) for c in found}
+    before = {rerun_cause_key(rep, c, found) for rep, found in causes(baseline) for c in found}
     new: dict[tuple, tuple[str, int]] = {}
     for rep, found in causes(record):
         for cause in found:
-            key = rerun_cause_key(rep, cause)
+            key = rerun_cause_key(rep, cause, found)
             if key not in before and cause.caused_by is None:
                 title = cause_words(cause, cwd).title
                 new[key] = (title, max(new.get(key, ("", 0))[1], cause.count))

@@ -13,7 +13,7 @@ import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from cagtool.record.schema import (
     CHECKPOINT_REENTRANT,
@@ -4084,16 +4084,35 @@ def another_optimizer(row: RecompileRow) -> bool:
 _SOURCE_RANK = {"node_traceback": 0, "guard": 1, "caller": 2, "compiled_frame": 3, "backward_call": 4}
 
 
-def cause_key(cause: Cause) -> tuple:
+def cause_key(cause: Cause, causes: list[Cause] | None = None, rename: Callable[[str], str] = lambda name: name) -> tuple:
     """What makes two runs' causes the same cause: its code and kind of guard, and the line it is
-    tied to (by file name: a re-run of the job is the same files). The backward's sizes are one
-    cause whether compiled autograd missed on them or only Dynamo recompiled a CA graph's code on
-    a size (what is left of them once compiled autograd starts dynamic)."""
+    tied to (by file name, through `rename`: a re-run of the job is the same files). The backward's
+    sizes are one cause whether compiled autograd missed on them or only Dynamo recompiled a CA
+    graph's code on a size (what is left of them once compiled autograd starts dynamic). A forward
+    frame's size recompile is keyed by the tensors and dimensions that changed too (a last batch's
+    dim 0 is not a longer sequence's dim 1 at the same call); a structure change by the kinds of node
+    that differ (digits dropped: CompiledFunctionBackward0 and 7 are one kind); and, given the
+    explanation's `causes`, a cause that follows another by that one's key (a backward captured again
+    after a forward recompile is the same cause only after the same forward cause)."""
     source = cause.source
     kind = cause.facts.get("kind", "")
-    what = (("backward sizes",) if cause.code == CAUSE_SHAPES or (cause.code == CAUSE_DYNAMO_CA_GRAPH and kind in (GUARD_SIZE, ""))
-            else (cause.code, kind))
-    return (*what, os.path.basename(source.file) if source else None, source.line if source else None)
+    if cause.code == CAUSE_SHAPES or (cause.code == CAUSE_DYNAMO_CA_GRAPH and kind in (GUARD_SIZE, "")):
+        what: tuple = ("backward sizes",)
+    elif cause.code == CAUSE_DYNAMO_FRAME and kind == GUARD_SIZE:
+        dims = sorted({(found[0], found[1]) for _, guard in cause.facts.get("failures") or () if guard
+                       and (found := size_guard(guard)) is not None})
+        what = (cause.code, kind, tuple(dims))
+    elif cause.code == CAUSE_STRUCTURE:
+        kinds = sorted({re.sub(r"\d+$", "", name) for names in (cause.facts.get("variants") or {}).values() for name in names})
+        what = (cause.code, kind, tuple(kinds))
+    else:
+        what = (cause.code, kind)
+    key = (*what, rename(os.path.basename(source.file)) if source else None, source.line if source else None)
+    if causes is not None and cause.caused_by is not None:
+        root = next((c for c in causes if c.number == cause.caused_by and c is not cause), None)
+        if root is not None:
+            return ("follows", *key, cause_key(root, causes, rename))
+    return key
 
 
 def group_causes(table: RecompileTable) -> list[Cause]:
@@ -4322,7 +4341,7 @@ def _split_by_forward_cause(table: RecompileTable, causes: list[Cause]) -> list[
     """A backward cause whose every CA capture follows a forward recompile of its step, from two or
     more forward causes (an HF model's forward compiled again for a config attribute at step 1 and
     for a last batch at step 6: each time the backward meets a new CompiledFunctionBackward at the
-    same place), is one cause per forward cause, each following its own (_roots). Captures of the
+    same place), is one cause per forward cause, each following its own (_roots). Captures of such a
     cause that follow no forward recompile (a loss switched at a later phase: new nodes of the
     backward's own) are a cause of their own beside them, never the forward causes' with them.
     Dynamo's recompiles of a CA graph go with the capture that made the graph."""
@@ -4337,9 +4356,11 @@ def _split_by_forward_cause(table: RecompileTable, causes: list[Cause]) -> list[
 
     for cause in causes:
         ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
-        if (cause.code not in _FOLLOWER_CODES or not ca_rows or not any(r.seq in follows for r in ca_rows)
-                or any(r.source not in (SOURCE_CA, SOURCE_DYNAMO_CA_GRAPH) for r in cause.rows)
-                or len({part(r) for r in ca_rows}) == 1):
+        # Two forward causes or more among the captures' (one alone, with captures that follow none:
+        # the backward changes with the forward and on its own, one phenomenon, as a loop's trip
+        # count past the recompile limit, where the forward runs eagerly, is)
+        if (cause.code not in _FOLLOWER_CODES or not ca_rows or len({part(r) for r in ca_rows if r.seq in follows}) < 2
+                or any(r.source not in (SOURCE_CA, SOURCE_DYNAMO_CA_GRAPH) for r in cause.rows)):
             split.append(cause)
             continue
         parts: dict[int | None, list[RecompileRow]] = {}

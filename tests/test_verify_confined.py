@@ -80,7 +80,7 @@ def test_the_verify_folder_swapped_for_a_link_while_the_reruns_run_takes_nothing
     appears (while the baseline re-run starts: a re-run is a `cagtool run -o DIR` whose processes
     write by path): the re-runs record in a private folder and are moved into the run by
     descriptor, so nothing lands in the folder elsewhere; the link is refused (exit 3, one line),
-    and the private folder (under TMPDIR) is gone."""
+    and what the re-runs made stays in the private folder (under TMPDIR), which the line names."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     run = _run_copy(recorded, tmp_path, "swapped")
@@ -111,8 +111,11 @@ def test_the_verify_folder_swapped_for_a_link_while_the_reruns_run_takes_nothing
         out, _ = swapper.communicate(timeout=300)
     assert out.strip() == "swapped"
     assert list(elsewhere.iterdir()) == [], sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*"))
-    assert proc.returncode == 3 and "is a symbolic link" in _one_error_line(proc), proc.stderr[-3000:]
-    assert list(private.iterdir()) == []
+    line = _one_error_line(proc)
+    assert proc.returncode == 3 and "is a symbolic link" in line, proc.stderr[-3000:]
+    # What the re-runs made is not lost: kept in the private folder, which the line names.
+    [kept] = list(private.iterdir())
+    assert f"are kept in {kept} instead" in line and (kept / "baseline" / "run.json").is_file(), line
 
 
 def test_a_forged_or_foreign_record_never_runs(recorded, tmp_path):

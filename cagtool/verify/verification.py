@@ -844,19 +844,19 @@ def private_reruns(run_dir: Path, root: Path) -> Iterator[tuple[Path, Callable[.
 
 def _settle(run_dir: Path, work: Path, root: Path) -> None:
     """Everything the re-runs made in `work` moved into `root` (move_in: by descriptor, confined to
-    the run), and `work` removed. A name refused there (a link planted meanwhile) is left out,
-    said in the one line raised after the others are moved; `work` is removed all the same."""
-    refused: list[str] = []
-    try:
-        for name in sorted(os.listdir(work)):
-            try:
-                move_in(run_dir, work / name, root / name)
-            except CagtoolError as exc:
-                refused.append(str(exc))
-    finally:
+    the run), and `work` removed. What is refused there (a link planted meanwhile) stays in `work`,
+    named in the one line raised after the rest is moved: nothing the re-runs made is lost."""
+    refused: list[tuple[str, str]] = []
+    for name in sorted(os.listdir(work)):
+        try:
+            move_in(run_dir, work / name, root / name)
+        except CagtoolError as exc:
+            refused.append((name, str(exc)))
+    if not refused:
         shutil.rmtree(work, ignore_errors=True)
-    if refused:
-        raise UnreadableInput(refused[0] + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""))
+        return
+    names = ", ".join(name for name, _ in refused[:4]) + (f" and {len(refused) - 4} more" if len(refused) > 4 else "")
+    raise UnreadableInput(f"{refused[0][1]}; the re-runs' {names} are kept in {work} instead")
 
 
 def _relocated(value: Any, old: str, new: str) -> Any:

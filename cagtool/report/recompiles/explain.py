@@ -2896,7 +2896,8 @@ def _hook_out_of_dynamo(facts: dict[str, Any], code: str) -> list[str]:
 def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
-    once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
+    # (an evaluation that met the change with grad off is the same change, not another: Cause.place)
+    once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) - len(facts.get("evaluation_steps") or ()) <= 1
     if facts.get("library_hooks"):
         package = facts["library_hooks"][0]
         if _bool_flag(facts):

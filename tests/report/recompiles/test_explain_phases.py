@@ -42,6 +42,8 @@ def test_each_recompile_of_a_phased_job_is_put_with_its_phase(record_run):
     assert unfreeze.place == "step 15, between steps 19 and 20"
     [evaluated] = [r for r in unfreeze.rows if evaluation_compile(table, r)]
     assert step_cell(table, evaluated) == "after 19"
+    # One unfreeze (its evaluation's recompile is the same change): nothing to fix, not "unfreeze in stages".
+    assert cause_words(unfreeze, str(ROOT)).fix[0].startswith("Nothing to fix for an unfreeze done once")
 
     # The forward's size recompiles (the last batch at step 4, the longer sequences at step 10) each
     # keep the backward capture that follows them, though the loss switched at step 20 made another.

@@ -799,11 +799,7 @@ def verify(
             os.rmdir(root)
         raise
     limit = rerun_limit_s(run, mode) if rerun_timeout is None else (rerun_timeout or None)
-    # The re-runs record into a private folder of this user's (mode 0700, under TMPDIR), never into
-    # the run by path: a re-run is a `cagtool run -o DIR` of its own, whose processes write by path,
-    # and `RUN/verify/<stamp>` swapped for a link while they run would take their records outside
-    # the run. Everything is moved into `root` by descriptor (move_in) when the verification ends,
-    # however it ends; what the words and verification.json say names it there.
+    # The re-runs record in a private folder, moved into `root` when they end (private_reruns).
     try:
         with private_reruns(run_dir, root) as (work, relocated):
             result = _verify_in(run, run_dir, work, root, mode, fixes, repeat, result, started,

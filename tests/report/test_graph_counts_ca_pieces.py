@@ -112,6 +112,17 @@ def test_the_headline_names_the_checkpoint_that_split_the_ca_graph_and_where_it_
 
 
 @pytest.mark.slow
+def _ca_summary(record_run, script: str):
+    """(the recorded run, its summary's text, headline and advice, each on one line) of `script` in
+    the ca mode with aot_eager."""
+    run = record_run(script, modes="ca", backend="aot_eager")
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, text, err = cli_in_process("summary", str(run.path), env={"CI": "true", "COLUMNS": "400"})
+    assert code == 0, err
+    headline, advice = (" ".join(part.split()) for part in text.split("\nwhat to do: ", 1))
+    return run, text, headline, advice
+
+
 def test_a_checkpoint_broken_by_a_side_effect_inside_compiled_code_names_the_break_and_the_config_that_removes_it(record_run):
     """transformers' gradient checkpointing (a tiny Llama, HF Trainer with torch_compile and
     aot_eager: 133 pieces, 1,028 s of compile) calls the checkpoint inside the compiled forward, but
@@ -122,11 +133,7 @@ def test_a_checkpoint_broken_by_a_side_effect_inside_compiled_code_names_the_bre
     checkpointed function): the break is named where it is, and the config it names takes the
     breaks and the pieces away, checked by recording the job with it."""
     script = str(ROOT / "tests" / "scripts" / "checkpoint_side_effect.py")
-    run = record_run(script, modes="ca", backend="aot_eager")
-    assert run.returncode == 0, run.stderr[-2000:]
-    code, text, err = cli_in_process("summary", str(run.path), env={"CI": "true", "COLUMNS": "400"})
-    assert code == 0, err
-    headline, advice = (" ".join(part.split()) for part in text.split("\nwhat to do: ", 1))
+    run, text, headline, advice = _ca_summary(record_run, script)
     assert ("the checkpoint runs in compiled code, but Dynamo broke the graph inside it (tests/scripts/checkpoint_side_effect.py:28), "
             "so it ran as eager checkpointing does") in headline, headline
     assert advice.startswith("The checkpoint is called inside compiled code, but Dynamo broke the graph inside it at "
@@ -147,11 +154,7 @@ def test_checkpoint_sequential_is_named_as_what_dynamo_does_not_trace_and_the_lo
     call the checkpoint inside the compiled function, which the job did; it names checkpoint_sequential
     and the loop of checkpoint() calls that traces, checked by recording the job with that loop."""
     script = str(ROOT / "tests" / "scripts" / "checkpoint_sequential.py")
-    run = record_run(script, modes="ca", backend="aot_eager")
-    assert run.returncode == 0, run.stderr[-2000:]
-    code, text, err = cli_in_process("summary", str(run.path), env={"CI": "true", "COLUMNS": "400"})
-    assert code == 0, err
-    headline, advice = (" ".join(part.split()) for part in text.split("\nwhat to do: ", 1))
+    run, text, headline, advice = _ca_summary(record_run, script)
     assert "checkpoint_sequential (tests/scripts/checkpoint_sequential.py:36), which Dynamo does not trace, ran its checkpoints eagerly" in headline
     assert advice.startswith("torch.utils.checkpoint.checkpoint_sequential is a function Dynamo does not trace"), advice
     assert "a loop of torch.utils.checkpoint.checkpoint(segment, x, use_reentrant=False)" in advice

@@ -395,3 +395,35 @@ def test_a_link_planted_where_a_repetition_is_folded_is_refused_and_nothing_leav
     _fold(run, side, single, "ca", 2)
     assert json.loads((side / "run.json").read_text())["modes"] == ["ca", "ca.2"]
     assert (side / "ca.2" / "steps.jsonl").is_file() and not single.exists()
+
+
+@pytest.mark.parametrize("raised", ["usage", "interrupt"])
+def test_a_refused_move_after_an_error_keeps_the_error_and_says_what_stayed_behind(tmp_path, capsys, raised):
+    # The re-runs' folder moved into the run when the block ends however it ends: where the move is
+    # refused (a name planted in the run meanwhile) while the block's own error is in flight, that
+    # error is the one raised, with the refusal said too, not replaced by it.
+    from cagtool.errors import UnreadableInput, UsageError
+    from cagtool.verify.verification import private_reruns
+
+    run_dir = tmp_path / "run"
+    root = run_dir / "verify" / "stamp"
+    root.mkdir(parents=True)
+    (root / "baseline").symlink_to(tmp_path)  # planted where the re-run's folder goes
+    error = UsageError("the baseline re-run failed") if raised == "usage" else KeyboardInterrupt()
+    with pytest.raises(type(error)) as caught:
+        with private_reruns(run_dir, root) as (work, _):
+            (work / "baseline").mkdir()
+            (work / "baseline" / "events.jsonl").write_text("{}\n")
+            raise error
+    kept = [line for line in (str(caught.value), capsys.readouterr().err) if "are kept in" in line]
+    assert len(kept) == 1 and "baseline" in kept[0], (str(caught.value), kept)
+    if raised == "usage":
+        assert str(caught.value).startswith("the baseline re-run failed; then ")
+    staged = Path(kept[0].rsplit("are kept in ", 1)[1].split()[0].rstrip("."))
+    assert (staged / "baseline" / "events.jsonl").is_file()  # nothing the re-runs made is lost
+    assert os.readlink(root / "baseline") == str(tmp_path)
+    shutil.rmtree(staged)
+    with pytest.raises(UnreadableInput):  # and with no error in flight, the refusal is the error
+        with private_reruns(run_dir, root) as (work, _):
+            (work / "baseline").mkdir()
+    shutil.rmtree(work, ignore_errors=True)

@@ -41,6 +41,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -833,9 +834,21 @@ def private_reruns(run_dir: Path, root: Path) -> Iterator[tuple[Path, Callable[.
     try:
         yield work, relocated
     except CagtoolError as exc:
-        raise type(exc)(relocated(str(exc)), exc.exit_code) from None
-    finally:
-        _settle(run_dir, work, root)
+        # The block's own error is the one raised; what settling refused is said in it, not in its place.
+        error = type(exc)(relocated(str(exc)), exc.exit_code)
+        try:
+            _settle(run_dir, work, root)
+        except CagtoolError as refused:
+            error = type(exc)(f"{error}; then {refused}", exc.exit_code)
+        raise error from None
+    except BaseException:
+        # Ctrl-C, or a bug's error: raised on unchanged, what settling refused said on stderr first.
+        try:
+            _settle(run_dir, work, root)
+        except CagtoolError as refused:
+            print(f"cagtool: {refused}", file=sys.stderr, flush=True)
+        raise
+    _settle(run_dir, work, root)
 
 
 def _settle(run_dir: Path, work: Path, root: Path) -> None:

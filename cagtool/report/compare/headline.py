@@ -358,6 +358,11 @@ def cause_phrase(cause: "Cause") -> str:
         backward = cause.code in (CAUSE_SHAPES, CAUSE_STRUCTURE, CAUSE_HOOK, CAUSE_GRAD_DEFINED, CAUSE_DYNAMO_CA_GRAPH)
         label = _LINE_LABEL["backward_call" if backward else cause.source.how] if cause.source.how in _LINE_LABEL else ""
         line = f"{os.path.basename(cause.source.file)}:{cause.source.line}"
+        calls = cause.facts.get("calls") or []
+        if backward and len(calls) > 1 and all(file == cause.source.file for file, _ in calls):
+            # One change met by each of several backward calls (a GAN's three a step): each named.
+            label = "the backward calls at "
+            line = f"{os.path.basename(cause.source.file)}:" + ", ".join(str(number) for _, number in calls)
         if label and cause.source.via:
             # A library made the call (HF Trainer): its line, and the user's that led there.
             what += f" ({label}{cause.source.via}, from {line})"

@@ -462,8 +462,18 @@ def _other_backward_calls(table: RecompileTable, cause: Cause) -> list[SourceRef
 
 
 def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
+    ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
+    # One change met by several backward calls (_one_cause_a_change_met_by_each_call): each call's
+    # sizes changed alike, so the first call's misses, and Dynamo's recompiles of its graphs, say
+    # what changed and whether it changed again.
+    calls = list(dict.fromkeys(_location(r.user_source) for r in ca_rows))
+    one_call = cause.rows
+    if len(calls) > 1:
+        first = {r.ca_id for r in ca_rows if _location(r.user_source) == calls[0]}
+        one_call = [r for r in cause.rows if (r.ca_id in first if r.source == SOURCE_CA else
+                                              "/" in r.compile_id and ca_id_of(r.compile_id) in first)]
     per_size: dict[int, dict[str, Any]] = {}
-    for row in cause.rows:
+    for row in one_call:
         for size in row.changed_sizes:
             entry = per_size.setdefault(
                 size.index, {"values": [], "node": None, "node_call": None, "changes": 0, "previous_missing": False, "unread": True}
@@ -484,8 +494,8 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     dynamic_graphs = {
         f"!{r.ca_id}": table.graphs[r.ca_id].num_sizes for r in cause.rows if r.ca_id in table.graphs
     }
-    ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
     dynamo = [(r.compile_id, r.step, guard_text(r.messages[0]) if r.messages else "") for r in cause.rows if r.source != SOURCE_CA]
+    misses_each = sum(1 for r in one_call if r.source == SOURCE_CA)
     # Dynamo compiling the graph's code again for a size the sizes had before (4 -> 32: the next
     # epoch's first batch after a short last one) is a return, not a new size.
     seen = {v for e in per_size.values() for v in e["values"]}
@@ -493,6 +503,9 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     return {
         "sizes": dict(sorted(per_size.items())),
         "ca_misses": len(ca_rows),
+        # The backward calls (file, line) that met the change, where more than one did; the misses each.
+        "calls": [list(call) for call in calls] if len(calls) > 1 else [],
+        "ca_misses_each": misses_each,
         "dynamo_recompiles": dynamo,
         # ... those in the step of the capture that made their graph: code the new graph runs (a custom
         # Function's backward through torch's call_backward, a reentrant checkpoint's), compiled before
@@ -512,7 +525,7 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
                            and r.dynamic_sizes > table.graphs[r.ca_id].num_sizes},
         # Sizes changed more than once: a size twice, a second miss, or Dynamo compiling a graph's
         # code again for other sizes (a batch after the one that made the graph dynamic).
-        "repeated": any(e["changes"] > 1 for e in per_size.values()) or len(ca_rows) > 1 or bool(new_sizes),
+        "repeated": any(e["changes"] > 1 for e in per_size.values()) or misses_each > 1 or bool(new_sizes),
         "data_loaders": table.data_loaders,
         **_stability(table, cause),
     }
@@ -1536,7 +1549,7 @@ def _recurring_smaller_batch(facts: dict[str, Any]) -> tuple[int, int] | None:
     that graph again at its last batch of 4); None otherwise (ragged data takes more values)."""
     again = facts.get("new_sizes_after") or []
     pairs = {(before, after) for before, after in again}
-    if facts.get("ca_misses") != 1 or len(pairs) != 1:
+    if facts.get("ca_misses_each", facts.get("ca_misses")) != 1 or len(pairs) != 1:
         return None
     (full, small), = pairs
     # The same smaller batch the forward met (its dim 0, 8 -> 4): not a padded length that took a
@@ -1915,11 +1928,25 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     if facts["dynamo_recompiles"]:
         title = (f"Tensor shapes changed ({plural(cause.count, 'recompile')}: {plural(facts['ca_misses'], 'CA cache miss', 'CA cache misses')} "
                  f"with {plural(total, 'changed size')}, {plural(len(facts['dynamo_recompiles']), 'Dynamo recompile')} of the graph)")
+    calls = facts.get("calls") or []
+    if calls:
+        each = "one" if facts["ca_misses_each"] == 1 else str(facts["ca_misses_each"])
+        title = (f"Tensor shapes changed ({plural(cause.count, 'recompile')}: {plural(facts['ca_misses'], 'CA cache miss', 'CA cache misses')}, "
+                 f"{each} a backward call, with {plural(total, 'changed size')}"
+                 + (f", {plural(len(facts['dynamo_recompiles']), 'Dynamo recompile')} of the graphs)" if facts["dynamo_recompiles"] else ")"))
     why = [
         "Compiled autograd started with static sizes; when a size changed it recompiled once and "
         "made the changed sizes dynamic (symbolic).",
-        "Sizes and the values seen: " + elide(described) + "." + earlier,
     ]
+    if calls:
+        lines: dict[str, list[str]] = {}
+        for file, line in calls:
+            lines.setdefault(display_path(file, cwd), []).append(str(line))
+        at = "; ".join(f"{file}:{_and_list(numbers)}" for file, numbers in lines.items())
+        why.append(f"One change of the data met each of the step's {len(calls)} backward calls ({at}): each call's graph was "
+                   "captured again for the same sizes, one cause. What follows is the first call's graph; the others' sizes "
+                   "changed alike.")
+    why.append("Sizes and the values seen: " + elide(described) + "." + earlier)
     in_key = facts.get("dynamic_in_key") or {}
     dynamic = [f"{g} takes {plural(n, 'dynamic size')}" + (f" (torch holds {in_key[g]} dynamic in its cache key: no node reads the others)" if g in in_key else "")
                for g, n in facts["dynamic_graphs"].items()]
@@ -1937,7 +1964,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
                        "call_backward) for the sizes of its first call.")
         if listed[False]:
             why.append(
-                "Dynamo then recompiled the code of that graph when the sizes changed again ("
+                f"Dynamo then recompiled the code of {'those graphs' if calls else 'that graph'} when the sizes changed again ("
                 + elide(listed[False])
                 + "): it compiles a CA graph for the sizes of its first call."
             )
@@ -1948,7 +1975,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # a DataLoader's last batch without drop_last).
     again = [f"{before} -> {after}" for before, after in facts.get("new_sizes_after", [])]
     # Sizes that changed again later are no last batch, however the first change went.
-    shorter = (facts.get("ca_misses", cause.count) == 1 and not facts["repeated"] and bool(facts["sizes"]) and not again
+    shorter = (facts.get("ca_misses_each", facts.get("ca_misses", cause.count)) == 1 and not facts["repeated"] and bool(facts["sizes"]) and not again
                and all(len(e["values"]) == 2 and e["values"][1] < e["values"][0] for e in facts["sizes"].values()))
     recurring = _recurring_smaller_batch(facts)
     if recurring is not None:
@@ -1957,7 +1984,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
                    "smaller batch that comes back, as each epoch's last batch does when the data's length is not a multiple "
                    f"of the batch size ({small} rows left), the full batches of the next epoch between them."
                    + (" No DataLoader ran in this job: that batch is a slice the script makes itself." if by_hand(facts) else ""))
-    elif again and facts.get("ca_misses") == 1:
+    elif again and facts.get("ca_misses_each", facts.get("ca_misses")) == 1:
         why.append("The sizes vary from batch to batch" + (f" (then {', '.join(dict.fromkeys(again))})" if again else "")
                    + ", not only in a last batch: a sequence padded to each batch's longest, or ragged data.")
     stability = stability_sentence(facts, "shape recompile")
@@ -4134,6 +4161,7 @@ def group_causes(table: RecompileTable) -> list[Cause]:
     causes = _split_by_forward_cause(table, [_new_cause(key[0], rows) for key, rows in groups.items()])
     roots = _roots(table, causes, inner)
     _one_cause_a_change_of_sizes(causes, roots)
+    _one_cause_a_change_met_by_each_call(causes, roots)
     followers: dict[int, list[Cause]] = {}
     for cause in causes:
         root = roots.get(id(cause))
@@ -4217,6 +4245,39 @@ def _one_cause_a_change_of_sizes(causes: list[Cause], roots: dict[int, Cause]) -
             if cause is not group[0]:
                 causes.remove(cause)
         roots[id(merged)] = root
+
+
+def _call_changes(cause: Cause) -> tuple | None:
+    """The steps at which `cause`'s compiled-autograd misses came and the size changes each made
+    (previous -> value), where every miss is one backward call's: None otherwise."""
+    ca_rows = [row for row in cause.rows if row.source == SOURCE_CA]
+    calls = {_location(row.user_source) for row in ca_rows}
+    if not ca_rows or len(calls) != 1 or None in calls:
+        return None
+    return tuple((row.step, frozenset((size.previous, size.value) for size in row.changed_sizes)) for row in ca_rows)
+
+
+def _one_cause_a_change_met_by_each_call(causes: list[Cause], roots: dict[int, Cause]) -> None:
+    """Merges, in place, the changed-sizes causes of several backward calls that met one change of
+    the data: each call's misses at the same steps, each changing sizes from and to the same values
+    (a GAN's three backward calls a step meeting its last, shorter batch: 16 -> 4 at each). A cause of
+    changed sizes is one per line that called backward; one change of the batch is one cause, each
+    call's capture in its evidence. Causes that follow a forward cause are merged by
+    _one_cause_a_change_of_sizes."""
+    alike: dict[tuple, list[Cause]] = {}
+    for cause in causes:
+        if cause.code != CAUSE_SHAPES or id(cause) in roots or cause in roots.values():
+            continue
+        changes = _call_changes(cause)
+        if changes is not None and all(change for _, change in changes):
+            alike.setdefault(changes, []).append(cause)
+    for group in alike.values():
+        if len(group) < 2:
+            continue
+        merged = _new_cause(CAUSE_SHAPES, sorted((row for cause in group for row in cause.rows), key=lambda row: row.seq))
+        causes[causes.index(group[0])] = merged
+        for cause in group[1:]:
+            causes.remove(cause)
 
 
 def _capture_frames(cause: Cause, captured_in: dict[int, int], capture_causes: dict[int, int]) -> dict[str, Any]:

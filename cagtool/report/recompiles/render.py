@@ -442,6 +442,9 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
                 # torch's frames Dynamo compiled inside compiled autograd's captures (explain.py `_inside_capture`):
                 # {"frames": [{"function", "file"}], "captures": ["!N"], "capture_causes": [cause numbers]}; null otherwise.
                 "inside_capture": cause.facts.get("inside_capture"),
+                # The backward calls that each met one change of sizes (explain.py `_one_cause_a_change_met_by_each_call`):
+                # [{"file" (as `source`'s), "line"}], where more than one did; [] otherwise.
+                "backward_calls": [{"file": display_path(str(file), cwd), "line": line} for file, line in cause.facts.get("calls") or ()],
                 # The job's torch.compile call that compiled the recompiled frame (explain.py `_compiled_by`):
                 # {"file" (as `source`'s), "line", "via", "dynamic"}; null where none is known.
                 "compiled_by": (None if not isinstance(by := cause.facts.get("compiled_by"), dict)

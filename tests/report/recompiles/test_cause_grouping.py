@@ -494,10 +494,10 @@ def test_a_recompile_for_an_object_freed_and_made_anew_is_nothing_to_fix_once(re
 def test_a_second_backward_of_the_same_nodes_finds_its_earlier_sizes_past_the_first_ones_dynamic_graph(record_run):
     """dcgan's errD_real and errD_fake: at the last batch (8 -> 3) the first call's graph is captured
     dynamic, then the second's; the second's earlier sizes are in the graph before that dynamic one
-    (it reads sizes, no constants). Both causes are the last batch, with its values and its fix."""
+    (it reads sizes, no constants). One cause, the last batch met by both calls, with its values and its fix."""
     run, causes = _explained(record_run, "two_backwards_last_batch.py")
     shapes = [c for c in causes if c["code"] == "changed_shapes"]
-    assert len(shapes) == 2
+    assert len(shapes) == 1 and len(shapes[0]["backward_calls"]) == 2, [c["title"] for c in causes]
     for cause in shapes:
         why = " ".join(cause["why"])
         assert "no recorded graph" not in why and "vary from batch to batch" not in why
@@ -592,6 +592,26 @@ def test_a_recompile_is_read_against_the_graph_its_own_backward_call_replaced(re
     table = recompile_table(load_mode(run.path / "ca"))
     assert sorted(table.graphs) == [0, 1, 2, 3, 4, 5]
     assert {i: table.previous_graph(i).ca_id for i in (1, 2, 3, 4, 5)} == {1: 0, 2: 1, 3: 0, 4: 1, 5: 2}
+
+
+@pytest.mark.slow
+def test_one_shorter_batch_met_by_each_of_a_gans_backward_calls_is_one_cause(record_run):
+    # gan_last_batch.py: the last batch (8 -> 3) recaptures each of the step's three backward calls'
+    # graphs (!3, !4, !5 at step 2) and Dynamo compiles each again for the next epoch's 8 (step 3):
+    # one change of the data, one cause naming the three calls, not three alike.
+    run, causes = _explained(record_run, "gan_last_batch.py")
+    shapes = [c for c in causes if c["code"] == "changed_shapes"]
+    assert len(shapes) == 1, [c["title"] for c in causes]
+    (cause,) = shapes
+    assert [e["compile_id"] for e in cause["evidence_ids"]] == ["!3", "!4", "!5", "!3/3/1", "!4/4/1", "!5/5/1"]
+    assert [(call["file"].rsplit("/", 1)[-1], call["line"]) for call in cause["backward_calls"]] == [("gan_last_batch.py", n) for n in (20, 21, 24)]
+    assert cause["title"].startswith("Tensor shapes changed (6 recompiles: 3 CA cache misses, one a backward call,")
+    assert any("met each of the step's 3 backward calls (" in w and "gan_last_batch.py:20, 21 and 24)" in w for w in cause["why"])
+    # still a shorter batch that changed once, whose fix is the last batch's
+    assert any(w.startswith("Every size that changed got smaller, once") for w in cause["why"])
+    assert cause["fix"][0].startswith("If it is the last batch")
+    code, summary, _ = cli_in_process("summary", str(run.path))
+    assert code == 0 and "(the backward calls at gan_last_batch.py:20, 21, 24)" in summary, summary
 
 
 @pytest.mark.slow

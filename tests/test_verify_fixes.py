@@ -268,3 +268,23 @@ def test_a_fix_that_uncovers_a_guard_the_record_never_named_is_partly_verified_a
     assert fix["verdict"] == "partly verified", fix["reasons"]
     assert fix["reasons"][-1].startswith("cause #1 gone from the re-run, which recompiles instead for what the record did not show: "
                                          "Dynamo recompiled forward frame 0 `forward`: `self.kind` was None"), fix["reasons"]
+
+
+def test_a_fix_that_moves_a_recompile_into_the_evaluation_says_what_it_brings(record_run, tmp_path):
+    """tests/scripts/drop_last_moves_to_evaluation.py (pytorch/examples' vae in small): drop-last
+    removes the training's last-batch recompiles, and the evaluation, whose graph the training no
+    longer made dynamic, recompiles for its own last batch instead. Verified for what it answers,
+    and the cause it brings is named, not hidden in the total."""
+    run = _copy(record_run, tmp_path, str(ROOT / "tests" / "scripts" / "drop_last_moves_to_evaluation.py"))
+    proc, data = _verify(run, "--fix", "drop-last")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (fix,) = data["verification"]["fixes"]
+    assert fix["fix"] == "drop-last" and fix["verdict"] in ("verified", "partly verified"), fix
+    (brings,) = [r for r in fix["reasons"] if r.startswith("it brings 1 cause the baseline re-run did not have: ")]
+    assert "Dynamo recompiled forward frame 0: a tensor's size changed (1 recompile); `cagtool recompiles " in brings, brings
+    side = load_run(fix["measured"]["run"]).modes["ca"]
+    from cagtool.report.recompiles.table import recompile_table
+
+    # the re-run's own table: the evaluation's size recompile, compiled with grad off between steps
+    sizes = [row for row in recompile_table(side).recompiles if "size mismatch" in " ".join(row.messages)]
+    assert len(sizes) == 1 and sizes[0].user_source.line == 24, [(r.compile_id, r.messages) for r in sizes]

@@ -1040,6 +1040,14 @@ def _verify_in(run: Any, run_dir: Path, work: Path, root: Path, mode: str, fixes
                            "torch names one failing guard per recompile, so a fix of the first can uncover the next; "
                            f"`cagtool recompiles {path} --explain` explains it")
             verdict = PARTLY_VERIFIED
+        elif fix.causes and verdict in (VERIFIED, PARTLY_VERIFIED) and (
+                uncovered := causes_uncovered(fixed_record, base_record, mode, run.meta.cwd or "")):
+            # What it answers is gone, and the re-run recompiles for a cause the baseline re-run did not
+            # have: one the fix moved elsewhere (drop_last in training leaves the evaluation's smaller
+            # batch to recompile the forward its training batch had made dynamic). Said, not hidden in the total.
+            told = "; ".join(title for title, _ in uncovered[:3])
+            reasons.append(f"it brings {plural(len(uncovered), 'cause')} the baseline re-run did not have: {told}; "
+                           f"`cagtool recompiles {path} --explain` explains {'it' if len(uncovered) == 1 else 'them'}")
         ran_copy = all(r.manifest.options.get("patched_source") for n, r in fixed_record.modes.items() if n == mode or n.startswith(f"{mode}."))
         if fix.patch is not None and not ran_copy:
             verdict, reasons = FAILED, ["the re-run did not run the patched copy: nothing measured of the patch"]

@@ -1425,7 +1425,10 @@ def _structure(cause: Cause, cwd: str) -> Words:
 BATCHED_LOOP_FIX = ("Where the loop's iterations do not feed each other (a policy's log-probabilities of an episode's "
                     "states), run the module once on them stacked (torch.stack) instead of once per iteration: the graph "
                     "keeps one structure and only a size changes, which compiled autograd then makes dynamic: one recompile of "
-                    "its own and one of Dynamo's, then none (`cagtool run --dynamic` starts it dynamic).")
+                    "its own and one of Dynamo's, then none (`cagtool run --dynamic` starts it dynamic). Where each "
+                    "iteration's output is needed as it runs (the action sampled from the policy), that is a second forward "
+                    "over the stored inputs, whose gradients are the same only where the module is deterministic: a dropout "
+                    "layer draws new masks there (set its rate to 0, or keep the loop).")
 
 
 def batch_shrink(saved: list[tuple[str, int, int]]) -> tuple[int, int] | None:
@@ -2231,6 +2234,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return f"a Python value changed (`{guard}`)"
     if facts.get("names"):
         return f"a guard on the Python value {_names_text(facts['names'])} failed (`{guard}`)"
+    if size_bound(guard) is not None:
+        return f"a dynamic size left the range its graph was compiled for (`{guard}`)"
     if size_relation(guard):
         return f"a branch on tensor sizes went the other way (`{guard}`)"
     return "a Dynamo guard failed"
@@ -2244,6 +2249,31 @@ _SIZE_RELATION = re.compile(r"\.size\(\)\[\d+\]\s*(?:[!=]=|[<>]=?)\s*\S+")
 
 def size_relation(guard: str) -> bool:
     return bool(_SIZE_RELATION.search(guard))
+
+
+# Dynamo's guard on the range a dynamic size's graph holds for, a number against one tensor's size
+# (`16 <= x.size()[0]`; `2 <= ...` is the 0/1 specialisation, torch_text.specialised_size): code in
+# the graph branched on the size, the user's or an op's own (torch 2.13's convolution picks its path
+# by the batch: pytorch/examples' mnist, a dim 0 made dynamic by a smaller training batch, then an
+# evaluation's last batch of 8 rows failed `16 <= x.size()[0]`).
+_SIZE_BOUND = re.compile(r"^(?:(?P<low>\d+) (?P<low_op><=|<) (?P<name>\S+?)\.size\(\)\[(?P<dim>\d+)\]"
+                         r"|(?P<name2>\S+?)\.size\(\)\[(?P<dim2>\d+)\] (?P<high_op><=|<|>=|>) (?P<high>\d+))$")
+
+
+def size_bound(guard: str) -> tuple[str, int, str] | None:
+    """(tensor, dim, the range it must be in: "at least 16", "at most 1024") of a failed guard on
+    one dynamic size's range; None for any other guard, and for the 0/1 specialisation's."""
+    if specialised_size(guard) is not None:
+        return None
+    match = _SIZE_BOUND.match(guard.strip())
+    if match is None:
+        return None
+    if match["name"] is not None:
+        low = int(match["low"]) + (1 if match["low_op"] == "<" else 0)
+        return match["name"], int(match["dim"]), f"at least {low}"
+    bound, op = int(match["high"]), match["high_op"]
+    text = {"<=": f"at most {bound}", "<": f"at most {bound - 1}", ">=": f"at least {bound}", ">": f"at least {bound + 1}"}[op]
+    return match["name2"], int(match["dim2"]), text
 
 
 # A guard on a module's hook dict (`list(dict.keys(fn._modules['2']._backward_hooks))[0] == 4`):
@@ -2682,6 +2712,14 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
         return [f"Dim {dim} of `{name}` went from {before} to {after}: a length, not the batch size; one that varies per batch "
                 "(a sequence padded to each batch's longest, as a collate function for text does) or that changed for good "
                 "at a phase (a longer context from that step on).", *_automatic_dynamic(facts)]
+    if (bound := size_bound(facts.get("guard", ""))) is not None:
+        name, dim, held = bound
+        return [f"Dim {dim} of `{name}` was dynamic (marked dynamic, or made dynamic by an earlier recompile), and the graph "
+                f"compiled for it holds only for sizes {held} (`{facts.get('guard', '')}`): code in the graph branched on that "
+                "size, yours or an op's own implementation in torch (convolution picks its path by the batch size), and "
+                f"Dynamo guards the range the branch held for. A call with a size outside it compiles once more"
+                + (" (a smaller batch: an epoch's, or an evaluation's, last batch)" if dim == 0 and held.startswith("at least") else "")
+                + "; then both graphs are cached."]
     if size_relation(facts.get("guard", "")):
         return ["The code branches on these sizes (an `if` comparing them): Dynamo compiled the side of the branch they took, "
                 "with the sizes dynamic, and guards on the comparison, so a call whose sizes take the other side compiles that "
@@ -2994,8 +3032,11 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                 "compiled function is compiled once (`cagtool checkpointing` verifies it on your job; torch recommends "
                 "use_reentrant=False)."]
     if kind == GUARD_GRAD_MODE:
+        # One recompile on the grad mode is the second mode's one graph, however few steps followed it (a
+        # run that ended, or was stopped, right after its first evaluation).
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
-                if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
+                if once or len(facts.get("failures") or ()) == 1 else
+                "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
                 _grad_mode_skip(code, grad_off_words(facts), training_call=facts.get("grad_mode_after") is True)
                 + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")
                 + COMPILED_IN_PLACE_SKIP]
@@ -3443,6 +3484,11 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         return [f"A Python number the code branches or computes on ({_names_text(facts['names'])}): after it changed once, "
                 "Dynamo made it dynamic and guards on each expression of it the code decides by, so each outcome "
                 "compiles once: pass it as a tensor (and branch with torch.where), or hoist that logic out of the compiled function."]
+    if (bound := size_bound(guard)) is not None:
+        name, dim, held = bound
+        return [f"Nothing to fix where it comes once (a last batch outside the range: its graph is compiled once, then "
+                f"cached). Where such sizes keep coming, every new range compiles again: keep dim {dim} of `{name}` {held} "
+                "(the batch size, and the last batch's)."]
     if size_relation(guard):
         return ["Nothing to fix: each side of the branch on sizes compiles once, then both are cached. To compile neither "
                 "twice, compute without a Python branch on sizes (the same code for every size)."]
@@ -3751,6 +3797,11 @@ def cause_words(cause: Cause, cwd: str) -> Words:
                      words.evidence)
     if cause.between_steps:
         return Words(words.title, words.why, words.fix, evidence_text(cause.evidence, between=True))
+    if evaluated := set(cause.facts.get("evaluation_ids") or ()):
+        # Some or all of its recompiles an evaluation compiled (Cause.place): each said where it came.
+        items = [f"{e.compile_id} ({'step ?' if e.step is None else steps_place([e.step], e.compile_id in evaluated)}, seq {e.seq})"
+                 for e in cause.evidence]
+        return Words(words.title, words.why, words.fix, elide(items))
     return words
 
 
@@ -4756,9 +4807,10 @@ def size_recompiles(explanation: Explanation) -> int:
 def explain(table: RecompileTable) -> Explanation:
     causes = group_causes(table)
     for cause in causes:
-        # Recompiles an evaluation compiled in a cause of training steps (Cause.place): said as between steps.
+        # Recompiles an evaluation compiled (Cause.place), in a cause of training steps or all of a cause
+        # whose guard is not the grad mode (a size an evaluation's batch took): said as between steps.
         evaluations = [r for r in cause.rows if r.step is not None and evaluation_compile(table, r)]
-        if evaluations and not cause.between_steps and len(evaluations) < len(cause.rows):
+        if evaluations and not cause.between_steps:
             cause.facts["evaluation_ids"] = [r.compile_id for r in evaluations]
             cause.facts["evaluation_steps"] = sorted({r.step for r in evaluations})
     if table.stopping_compile is not None:

@@ -175,9 +175,9 @@ def fix_in_job(fix: dict[str, Any]) -> str:
         return f"edit {patch['file']} as the diff shows (line {patch['line']})"
     parts = [f"set {k}=\"{val}\" in the job's environment" for k, val in (fix.get("env") or {}).items()]
     if "--dynamic" in (fix.get("run_flags") or ()):
-        parts.append("start compiled autograd dynamic: torch.compile(..., dynamic=True) on the compiled function that calls "
-                     "backward (with torch._dynamo.config.compiled_autograd = True), or "
-                     "torch._dynamo.compiled_autograd._enable(compiler, dynamic=True)")
+        parts.append("start compiled autograd dynamic: torch._dynamo.compiled_autograd._enable(compiler, dynamic=True) around "
+                     "the backward; or, where the backward runs inside a function compiled with "
+                     "torch._dynamo.config.compiled_autograd = True, torch.compile(..., dynamic=True) on that function")
     return "; and ".join(parts)
 
 

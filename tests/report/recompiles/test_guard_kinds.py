@@ -516,3 +516,22 @@ def test_a_graph_captured_for_a_last_batch_whose_code_recompiles_for_the_next_ep
     assert "TORCH_COMPILE_DYNAMIC_SOURCES" in " ".join(words.fix[1:])
     summary = " ".join(cagtool_in_process("summary", str(run.path)).stdout.split())
     assert "all from 1 cause" in summary
+
+
+def test_an_evaluations_last_batch_below_the_range_a_dynamic_graph_holds_for_is_said_so_between_steps(record_run):
+    # mnist in small: the evaluation's graph (grad off, dim 0 dynamic) holds for batches of 16 or more
+    # (torch's convolution picks its path by the batch), and the evaluation's last batch of 8 fails it.
+    explanation, cwd = _explained(record_run, "../tests/scripts/evaluation_batch_below_bound.py")
+    table = explanation.table
+    (bound,) = [c for c in explanation.causes if "16 <= x.size()[0]" in cause_words(c, cwd).title]
+    words = cause_words(bound, cwd)
+    assert words.title.startswith("Dynamo recompiled forward frame 0 `forward`: a dynamic size left the range its graph was "
+                                  "compiled for (`16 <= x.size()[0]`)"), words.title
+    why, fixes = " ".join(words.why), " ".join(words.fix)
+    assert "holds only for sizes at least 16" in why and "Keep the guarded value the same" not in fixes
+    assert fixes.startswith("Nothing to fix where it comes once") and "keep dim 0 of `x` at least 16" in fixes
+    # compiled with grad off, between training steps 2 and 3 (stamped 3), as the table says
+    [row] = bound.rows
+    assert [c[1] for c in table_cells(table) if c[0] != "-" and "16 <=" in c[4]] == ["after 2"]
+    assert bound.place_said.startswith("between steps 2 and 3 (grad off"), bound.place_said
+    assert "between steps 2 and 3" in words.evidence

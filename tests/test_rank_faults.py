@@ -226,3 +226,35 @@ def test_a_rank_whose_record_was_never_closed_on_a_full_disk_is_refused_by_gate_
     saved = cagtool_in_process("baseline", "save", str(run), "-o", str(tmp_path / "b.json"), env={"CI": "true"})
     assert saved.returncode == 3 and "not saving a baseline" in saved.stderr and not (tmp_path / "b.json").exists()
     assert "damaged:" in cagtool_in_process("summary", str(run), env={"CI": "true"}).stdout
+
+
+def test_a_run_on_fewer_ranks_than_its_baseline_fails_the_gate(tmp_path):
+    """A 2-rank job's baseline (it holds how many ranks trained), then the same job launched on one
+    rank: every check of the one rank passes against rank 0's figures, and the run's own rank checks
+    pass (1 of 1), so the gate passed on a job that lost a rank. `ranks-as-baseline` fails it; the
+    same 2-rank job again passes it; and --accumulate refuses to pool the two."""
+    def record(name: str, world_size: int) -> Path:
+        run = tmp_path / name
+        proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(run),
+                                          str(SCRIPTS / "ddp_waits_at_step.py"), "--steps", "3", "--wait-at", "99",
+                                          "--world-size", str(world_size)),
+                              capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return run
+
+    baseline = tmp_path / "b.json"
+    saved = cagtool_in_process("baseline", "save", str(record("two", 2)), "-o", str(baseline), env={"CI": "true"})
+    assert saved.returncode == 0, saved.stderr
+    assert json.loads(baseline.read_text())["modes"]["ca"]["ranks"] == 2
+    one = record("one", 1)
+    gate = cagtool_in_process("gate", str(one), "--baseline", str(baseline), "--no-config", "--format", "json", env={"CI": "true"})
+    assert gate.returncode == 1, gate.stdout[-3000:]
+    checks = {(c["check"], c["mode"]): c for c in json.loads(gate.stdout)["checks"]}
+    held = checks[("ranks-as-baseline", "ca")]
+    assert held["outcome"] == "fail" and "this run trained on 1 rank, its baseline on 2 ranks" in held["message"], held
+    assert checks[("ranks-present", "ca")]["outcome"] == "pass"  # its own world size (1) was all there
+    again = cagtool_in_process("gate", str(record("again", 2)), "--baseline", str(baseline), "--no-config", "--format", "json",
+                               env={"CI": "true"})
+    assert {c["outcome"] for c in json.loads(again.stdout)["checks"] if c["check"] == "ranks-as-baseline"} == {"pass"}, again.stdout[-2000:]
+    pooled = cagtool_in_process("baseline", "save", str(one), "-o", str(baseline), "--accumulate", env={"CI": "true"})
+    assert pooled.returncode == 2 and "trained on 2 ranks, this run's on 1 rank" in pooled.stderr, pooled.stderr

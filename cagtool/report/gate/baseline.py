@@ -31,7 +31,7 @@ from cagtool.report.findings import thread_deaths
 from cagtool.report.figures.pooled import ModeColumn, mode_columns, steady_in_every
 from cagtool.report.figures.intervals import FIELDS, ProcessSteps, TimingSample, median_of, ratio_interval
 from cagtool.report.figures.metrics import mode_metrics, reference_loop_of, runnable_wait
-from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view, world_size
+from cagtool.report.ranks.analysis import analyze_ranks, lowest_rank, missing_ranks, rank_list, rank_view, world_size
 
 BASELINE_FORMAT = "cagtool-baseline"
 # Bump when an older reader would misread the file; additive fields do not bump it.
@@ -125,6 +125,9 @@ class ModeSnapshot:
     # counted, whose compile times leave them out (the gate then compares this run's without them).
     backward_compile_s: float | None = 0.0
     backward_compile_samples_s: tuple[float, ...] = ()
+    # How many ranks the mode trained on (its world size, or its rank records where none was
+    # recorded: ranks_trained); None for one process. A baseline's: the gate fails a run with fewer.
+    ranks: int | None = None
 
     def __post_init__(self) -> None:
         if self.ca_recompiles is None:
@@ -320,6 +323,7 @@ def baseline_from_run(run: RunRecord) -> Baseline:
             name: replace(snap, process_problems=whole[name].process_problems) if name in whole else snap
             for name, snap in run_snapshots(rank_view(run, rank)).items()
         }
+    modes = {name: replace(snap, ranks=ranks_trained(run.modes.get(name))) for name, snap in modes.items()}
     for name, snap in modes.items():
         sample = snap.step_time.sample if snap.step_time is not None else None
         if sample is not None and sample.left_out:
@@ -337,6 +341,20 @@ def baseline_from_run(run: RunRecord) -> Baseline:
         created_at=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         processes=run_process_ids(run),
     )
+
+
+def ranks_trained(record: ModeRecord | None) -> int | None:
+    """How many ranks a mode trained on: its world size where recorded, else its rank records;
+    None for a single process, and for training processes started without a rank (Hogwild's
+    workers: how many the job meant to start is not known)."""
+    analysis = analyze_ranks(record) if record is not None else None
+    if analysis is None or not analysis.rows or analysis.workers:
+        return None
+    return analysis.world_size or len(analysis.rows)
+
+
+def ranks_said(ranks: int | None) -> str:
+    return "one process" if ranks is None else f"{ranks} rank" + ("s" if ranks != 1 else "")
 
 
 def run_process_ids(run: RunRecord) -> tuple[str, ...]:
@@ -385,6 +403,9 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
                          f"({len(held)} of {len(new.processes)}); each run is added once")
     for name, snap in new.modes.items():
         before = previous.modes.get(name)
+        if before is not None and before.ranks != snap.ranks:
+            raise UsageError(f"not accumulating into {where}: its mode {name} trained on {ranks_said(before.ranks)}, this run's "
+                             f"on {ranks_said(snap.ranks)} (save a new baseline)")
         copied = _copied_process(before.step_time.sample if before is not None and before.step_time is not None else None,
                                  snap.step_time.sample if snap.step_time is not None else None)
         if copied is not None:
@@ -613,6 +634,7 @@ class _ModeFile(Struct, kw_only=True):
     peak_device_memory_bytes: Bytes | None = None
     step_time: _StepTimeFile | None = None
     compile_cpu_wait: _Share | UnsetType = UNSET  # ModeSnapshot.compile_wait, written only where measured
+    ranks: Annotated[int, Meta(ge=1, le=1_000_000)] | UnsetType = UNSET  # ModeSnapshot.ranks, written for a multi-rank run
 
 
 class _BaselineFile(Struct, kw_only=True):
@@ -677,6 +699,7 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
             steady_steps=UNSET if (steady := steady_of(st)) is None else step_ranges(steady),
         ),
         compile_cpu_wait=UNSET if snap.compile_wait is None else _round_share(snap.compile_wait),
+        ranks=UNSET if snap.ranks is None else snap.ranks,
     )
 
 
@@ -756,6 +779,7 @@ def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
         compile_time_samples_s=tuple(data.compile_time_samples_s or ()),
         backward_compile_s=None if data.backward_compile_s is UNSET else data.backward_compile_s,  # type: ignore[arg-type]
         compile_wait=None if data.compile_cpu_wait is UNSET else data.compile_cpu_wait,  # type: ignore[arg-type]
+        ranks=None if data.ranks is UNSET else data.ranks,  # type: ignore[arg-type]
     )
 
 

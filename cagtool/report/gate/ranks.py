@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cagtool.record.loader import RunRecord
-from cagtool.report.gate.baseline import ModeSnapshot, run_snapshots
+from cagtool.report.gate.baseline import ModeSnapshot, ranks_said, run_snapshots
 from cagtool.report.gate.checks import Check, CheckResult, Outcome, evaluate_all
 from cagtool.report.ranks.analysis import (
     PROCESS_NOT_FOLLOWED,
@@ -97,6 +97,17 @@ def run_level_results(analysis: RankAnalysis) -> list[CheckResult]:
         if all(r.reach is None for r in analysis.rows) and not analysis.of(RANKS_SIZES_DIFFER) else agreement(analysis))
     results.append(_result("ranks-agree", mode, not apart, "diverge" if apart else "agree", "agree", agree_text, {"findings": [f.code for f in apart]}))
     return results
+
+
+def ranks_as_baseline(mode: str, have: int | None, held: int) -> CheckResult:
+    """`ranks-as-baseline`: the run trained `mode` on as many ranks as the baseline it is gated
+    against (`held`; `have` None: one process). Fewer fails: a rank the baseline had is missing, and
+    every figure of the ranks left is judged against a job that is not this one."""
+    fewer = (have or 1) < held
+    text = (f"this run trained on {ranks_said(have)}, its baseline on {ranks_said(held)}"
+            + (": a rank the baseline had is missing (a launcher or its settings changed?); save a new baseline where that is "
+               "meant" if fewer else ""))
+    return _result("ranks-as-baseline", mode, not fewer, str(have or 1), f">= {held}", text, {"ranks": have, "baseline_ranks": held})
 
 
 def processes_followed(mode: str, messages: list[str]) -> CheckResult:

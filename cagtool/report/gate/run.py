@@ -18,6 +18,7 @@ from cagtool.report.gate.baseline import (
     Baseline,
     environment_warnings,
     load_baseline,
+    ranks_trained,
     run_snapshots,
 )
 from cagtool.report.gate.checks import (
@@ -37,7 +38,7 @@ from cagtool.report.gate.checks import (
     evaluate_all,
 )
 from cagtool.report.gate.config import GateSettings, resolve_settings
-from cagtool.report.gate.ranks import per_rank_results, processes_followed, run_level_results
+from cagtool.report.gate.ranks import per_rank_results, processes_followed, ranks_as_baseline, run_level_results
 from cagtool.report.ranks.analysis import analyze_ranks, focused_run, not_followed
 
 if TYPE_CHECKING:
@@ -359,6 +360,9 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     mode = settings.mode or default_mode(run)
     checks = build_checks(settings, mode, baseline)
     results, ranks = _evaluate(checks, run, mode, baseline, bool(settings.fail_on_improvement), options.rank)
+    held = baseline.mode(mode) if baseline is not None else None
+    if held is not None and held.ranks is not None and mode in run.modes:
+        results.append(ranks_as_baseline(mode, ranks_trained(run.modes[mode]), held.ranks))
     results = _with_causes(results, run, mode, options.rank)
     results = _with_graph_break_reasons(results, run, mode, options.rank)
     if settings.max_grad_diff is not None:

@@ -970,6 +970,37 @@ def test_the_threshold_baseline_save_suggests_is_one_an_unchanged_run_passes_and
     assert pct is None and "too noisy to gate a regression of less than 2x" in words
 
 
+def test_the_suggested_threshold_holds_on_the_wall_time_that_confirms_a_pass_on_cpu_time():
+    """A baseline of CPU-bound processes whose CPU times agree within 1% but whose wall times the
+    machine's load spread (each waited for a CPU a share of its steps): a pass on CPU time needs the
+    wall time's interval within the threshold too, so the threshold `baseline save` suggests is the
+    one an unchanged run passes on both (it said "from about 5%" on CPU time alone, and unchanged
+    runs at the baseline's loads read inconclusive there)."""
+    from cagtool.report.gate.baseline import suggested_threshold
+
+    loads = (1.0, 1.3, 0.85, 1.5, 1.1)  # each process's wall time over its CPU time
+
+    def process(index: int, load: float, seed: int) -> ProcessSteps:
+        cpu = [t / 1000.0 for t in series(4.0, 0.01, 60, seed)]
+        return ProcessSteps(index, [max(load, 1.0) * t for t in cpu], cpu=cpu, thread_cpu=cpu,
+                            wait_share=[max(0.0, 1.0 - 1.0 / load)] * len(cpu))
+
+    def side(processes: list[ProcessSteps]) -> ModeSnapshot:
+        sample = timing_sample(processes)
+        v = sample.values
+        return replace(snap(), step_time=StepTimeSnapshot(60 * len(processes), v["median"], v["p10"], v["p90"], v["mean"], sample))
+
+    base = side([process(i, load, i) for i, load in enumerate(loads, 1)])
+    assert base.step_time.sample.cpu_bound
+    pct, words = suggested_threshold(base)
+    assert pct is not None and "wall time per step (which confirms a pass on CPU time)" in words, words
+    # an unchanged run near the baseline's median load passes at it, as on CPU time alone it did not
+    for threshold, outcome in ((pct, Outcome.PASS), (10, Outcome.INCONCLUSIVE)):
+        check = StepTimeRegressionCheck(TimeThreshold(threshold, "%"), "ca")
+        outcomes = [check.evaluate({"ca": side([process(1, load, 100 + i)])}, {"ca": base}).outcome for i, load in enumerate((1.1, 1.0))]
+        assert outcomes == [outcome] * 2, (threshold, outcomes)
+
+
 def test_compile_time_is_judged_against_the_wait_where_the_compile_ran():
     """Each side's wait before its steady steps (where its compile ran) is the compile check's load,
     not its steady steps': a run whose compile waited 72% of its runnable time is INCONCLUSIVE

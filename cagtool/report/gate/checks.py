@@ -1131,6 +1131,13 @@ class StepTimeRegressionCheck(_TimeCheck):
             # Both intervals' evidence, each naming its measure: the CPU time's, which the Actual
             # figure is, and the wall time's, which keeps it from a verdict (what would resolve it).
             notes = [evidence_note(r, Outcome.PASS, 0.0), evidence_note(wall, verdict.outcome, math.log(wall.ratio / allowed), baseline=True)]
+            if wall.low > allowed:
+                # Both intervals clear the bound, on either side of it: not noise that more processes
+                # narrow, but time the steps spent off the CPU that the baseline's did not.
+                notes[1] = ("evidence: " + method_words(wall) + "; wall time is beyond the threshold and CPU time within it, each "
+                            "past its noise: the steps spent time off the CPU that the baseline's did not (the job's own waits: "
+                            "a sleep, I/O, a lock, data not ready; or the machine's other load), which more processes would not "
+                            "resolve: the steps' wall times (`cagtool summary`, the report's step chart) show where")
             notes += [steps_note] if steps_note else []
         if verdict.outcome is Outcome.INCONCLUSIVE:
             noisy = _machine_too_noisy(wall if wall is not None else r, allowed)

@@ -1001,6 +1001,28 @@ def test_the_suggested_threshold_holds_on_the_wall_time_that_confirms_a_pass_on_
         assert outcomes == [outcome] * 2, (threshold, outcomes)
 
 
+def test_a_stall_off_the_cpu_every_few_steps_is_not_left_to_more_processes():
+    """A data stall of 30 ms every 4th step (a sleep: no CPU, no wait for one): the median step is
+    CPU-bound, so the mean is judged on CPU time, which the stall does not touch (within +25%), and
+    the wall time, past the threshold beyond its noise, keeps it from a pass. Inconclusive, and the
+    note says the two measures disagree (the steps' time off the CPU), not "N processes would resolve it"."""
+    def side(stall_s: float, seed: int) -> ModeSnapshot:
+        processes = []
+        for i in range(5):
+            cpu = [t / 1000.0 for t in series(4.0, 0.02, 60, seed * 10 + i)]
+            wall = [t + (stall_s if k % 4 == 3 else 0.0) for k, t in enumerate(cpu)]
+            processes.append(ProcessSteps(i, wall, cpu=cpu, thread_cpu=cpu, wait_share=[0.0] * len(cpu)))
+        sample = timing_sample(processes)
+        v = sample.values
+        return replace(snap(), step_time=StepTimeSnapshot(300, v["median"], v["p10"], v["p90"], v["mean"], sample))
+
+    result = StepTimeRegressionCheck(TimeThreshold(25, "%", "mean"), "ca").evaluate({"ca": side(0.030, 2)}, {"ca": side(0.0, 1)})
+    assert result.outcome is Outcome.INCONCLUSIVE and result.data["measure"] == "cpu", result.message
+    assert "but wall time, which also sees a step's time off the CPU, cannot confirm it" in result.message
+    off = [n for n in result.notes if "the steps spent time off the CPU that the baseline's did not" in n]
+    assert len(off) == 1 and "would resolve it (run --repeat" not in " ".join(result.notes), result.notes
+
+
 def test_compile_time_is_judged_against_the_wait_where_the_compile_ran():
     """Each side's wait before its steady steps (where its compile ran) is the compile check's load,
     not its steady steps': a run whose compile waited 72% of its runnable time is INCONCLUSIVE

@@ -144,6 +144,7 @@ def run_command(
         cagtool run train.py --lr 3e-4
         cagtool run --modes ca --backend eager train.py
         cagtool run -m mypkg.train -- --lr 3e-4
+        cagtool run torchrun --nproc-per-node 2 train.py     # every rank followed
 
         \b
         cagtool run --gate --max-recompiles ca:0 train.py     # record, then gate (CI)

@@ -53,7 +53,7 @@ from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
 from cagtool.report.text.safe_text import shown_command
-from cagtool.torch_text import compile_frame
+from cagtool.torch_text import GUARD_GRAD_MODE, compile_frame, guard_kind
 
 # The event kinds the summary and the end-of-run comparison read (the loader counts the others
 # without building them): every kind but the optimizer steps.
@@ -590,9 +590,13 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     dynamo_recompiles = record.of(DynamoRecompileEvent)
     refused = _refused_at_limit(record) if dynamo_recompiles else {}
     # An evaluation's recompile (grad off) came between the steps, as the explanation says it.
-    from cagtool.report.recompiles.unexpected import unexpected_causes
+    from cagtool.report.recompiles.unexpected import compiled_grad_off, unexpected_causes
 
     between = {c.compile_id for c in unexpected_causes(record) if c.between_steps} if dynamo_recompiles else set()
+    # ... and one that failed another guard first where its compile was for grad off (an evaluation's
+    # smaller last batch: `16 <= x.size()[0]`, then the training entry's grad mode), as the table says.
+    between |= {rec.compile_id for rec in dynamo_recompiles[:3] if rec.compile_id not in between
+                and any(guard_kind(guard_text(r)) == GUARD_GRAD_MODE for r in rec.reasons) and compiled_grad_off(record, rec.compile_id)}
     for rec in dynamo_recompiles[:3]:
         # Torch starts each reason with the id of the cache entry it failed for (`0/0: `), which
         # reads as a second compile id; the recompile's own id is the one shown, then its step.

@@ -698,18 +698,24 @@ def _write_result(run_dir: Path, result: Verification) -> None:
     write_atomic(run_dir / VERIFICATION_FILE, json.dumps(with_document_seal(result.to_dict()), indent=2) + "\n", root=run_dir)
 
 
+def rename_copy(rep: Any) -> Callable[[str], str]:
+    """A re-run's file name as the script's where the re-run ran a patched copy in its place
+    (`drop-last-main.py` is `main.py`: a patch keeps the script's lines); others as they are."""
+    options = rep.manifest.options if isinstance(rep.manifest.options, dict) else {}
+    patched, script = options.get("patched_source"), options.get("patch_target")
+    if isinstance(patched, str) and isinstance(script, str):
+        copy, name = os.path.basename(patched), os.path.basename(script)
+        return lambda file: name if os.path.basename(file) == copy else file
+    return lambda file: file
+
+
 def rerun_cause_key(rep: Any, cause: Any, causes: list[Any] | None = None) -> tuple:
     """cause_key of a re-run's cause (among its explanation's `causes`), a line of the patched copy it
     ran in the script's place named as the script's (`drop-last-main.py:81` is `main.py:81`: a patch
     keeps the script's lines), so the record's cause and the re-run's compare as the same cause."""
     from cagtool.report.recompiles.explain import cause_key
 
-    options = rep.manifest.options if isinstance(rep.manifest.options, dict) else {}
-    patched, script = options.get("patched_source"), options.get("patch_target")
-    if isinstance(patched, str) and isinstance(script, str):
-        copy, name = os.path.basename(patched), os.path.basename(script)
-        return cause_key(cause, causes, lambda file: name if file == copy else file)
-    return cause_key(cause, causes)
+    return cause_key(cause, causes, rename_copy(rep))
 
 
 def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[int, int]:
@@ -754,7 +760,9 @@ def causes_uncovered(record: RunRecord, baseline: RunRecord, mode: str, cwd: str
         for cause in found:
             key = rerun_cause_key(rep, cause, found)
             if key not in before and cause.caused_by is None:
-                title = cause_words(cause, cwd).title
+                title = cause_words(cause, cwd).title + (f", {cause.place_said}" if cause.place_said else "")
+                if cause.source is not None:
+                    title += f" ({os.path.basename(rename_copy(rep)(cause.source.file))}:{cause.source.line})"
                 new[key] = (title, max(new.get(key, ("", 0))[1], cause.count))
     return list(new.values())
 

@@ -1935,7 +1935,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     if calls:
         each = "one" if facts["ca_misses_each"] == 1 else str(facts["ca_misses_each"])
         title = (f"Tensor shapes changed ({plural(cause.count, 'recompile')}: {plural(facts['ca_misses'], 'CA cache miss', 'CA cache misses')}, "
-                 f"{each} a backward call, with {plural(total, 'changed size')}"
+                 f"{each} for each backward call, with {plural(total, 'changed size')}"
                  + (f", {plural(len(facts['dynamo_recompiles']), 'Dynamo recompile')} of the graphs)" if facts["dynamo_recompiles"] else ")"))
     why = [
         "Compiled autograd started with static sizes; when a size changed it recompiled once and "

@@ -137,14 +137,14 @@ def _unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
                 change = before[-1]
                 changed_at, how = change.source, "changed"
                 detail = f"from {change.detail.get('before')} to {change.detail.get('after')}"
-        between = (cause == CAUSE_GRAD_MODE and _compiled_grad_off(record, event.compile_id)) or (
+        between = (cause == CAUSE_GRAD_MODE and compiled_grad_off(record, event.compile_id)) or (
             cause == CAUSE_INFERENCE_MODE and detail == "into inference mode")
         out.append(UnexpectedCause(cause, event.compile_id, step, guard.split("  #")[0].strip(), changed_at, how, detail,
                                    between_steps=between and step is not None))
     return out
 
 
-def _compiled_grad_off(record: ModeRecord, compile_id: str) -> bool:
+def compiled_grad_off(record: ModeRecord, compile_id: str) -> bool:
     """Whether the recompile's own compile was made with grad off, as its recorded guard tree says
     (an evaluation's); False where the tree is not in the record (left out, or gone: detail)."""
     for event in record.of(CompileArtifactEvent):

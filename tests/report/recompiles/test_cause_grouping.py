@@ -605,7 +605,7 @@ def test_one_shorter_batch_met_by_each_of_a_gans_backward_calls_is_one_cause(rec
     (cause,) = shapes
     assert [e["compile_id"] for e in cause["evidence_ids"]] == ["!3", "!4", "!5", "!3/3/1", "!4/4/1", "!5/5/1"]
     assert [(call["file"].rsplit("/", 1)[-1], call["line"]) for call in cause["backward_calls"]] == [("gan_last_batch.py", n) for n in (20, 21, 24)]
-    assert cause["title"].startswith("Tensor shapes changed (6 recompiles: 3 CA cache misses, one a backward call,")
+    assert cause["title"].startswith("Tensor shapes changed (6 recompiles: 3 CA cache misses, one for each backward call,")
     assert any("met each of the step's 3 backward calls (" in w and "gan_last_batch.py:20, 21 and 24)" in w for w in cause["why"])
     # still a shorter batch that changed once, whose fix is the last batch's
     assert any(w.startswith("Every size that changed got smaller, once") for w in cause["why"])

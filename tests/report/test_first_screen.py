@@ -208,7 +208,7 @@ def test_a_verified_fix_is_the_advice(ragged):
     assert "(fix verified: ca-dynamic)" in line.text
     # How to apply it in the job without cagtool (torch's own setting), then cagtool's flag.
     assert line.advice.startswith("apply fix ca-dynamic, compiled autograd's sizes start dynamic: start compiled autograd dynamic: "
-                                  "torch.compile(..., dynamic=True)"), line.advice
+                                  "torch._dynamo.compiled_autograd._enable(compiler, dynamic=True) around the backward"), line.advice
     assert "[cagtool: cagtool run --dynamic]; verified by re-running this job" in line.advice
     assert "mark_dynamic" in run_headline(comparison, {"fixes": [{"fix": "x", "verdict": "no effect"}]}, explanation).advice
 

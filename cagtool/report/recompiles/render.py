@@ -149,6 +149,8 @@ def no_recompiles_text(table: RecompileTable) -> str:
 
 # The width the table's "what changed" column folds at off a terminal (RecompileTableRenderer).
 OFF_TERMINAL_CELL = 100
+# The widest user-source cell kept whole however narrow the table: `drop-last-main.py:43` and more.
+USER_SOURCE_WHOLE = 32
 
 _KIND_LABEL = {"new_node": "new node", "changed_shapes": "shapes", "guard_failure": "guard", "unknown": "unknown"}
 
@@ -259,10 +261,14 @@ class RecompilesTableRenderer:
             # cell: one miss's 200 changed sizes padded each row of a CI log to 1,000+ characters.
             # There the two long columns fold at a width of their own, every character kept.
             unbounded = is_unbounded(self.console)
+            rows = table_cells(table)
+            # A short `file:line` whole, not folded mid-number by a wide "what changed" beside it.
+            shortest = min(max((len(cells[5]) for cells in rows), default=0), USER_SOURCE_WHOLE)
             grid.add_column("what changed", overflow="fold", ratio=3, max_width=OFF_TERMINAL_CELL if unbounded else None)
-            grid.add_column("user source", overflow="fold", ratio=2, max_width=OFF_TERMINAL_CELL // 2 if unbounded else None)
+            grid.add_column("user source", overflow="fold", ratio=2, max_width=OFF_TERMINAL_CELL // 2 if unbounded else None,
+                            min_width=shortest or None)
             grid.add_column("graph", no_wrap=True)
-            for cells in table_cells(table):
+            for cells in rows:
                 # Text: guard texts may contain [brackets]; one line each before the table measures
                 # them (a node's line break, escaped only when printed, would fold the cell).
                 grid.add_row(*(Text(safe_line(cell)) for cell in cells))

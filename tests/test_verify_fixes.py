@@ -280,7 +280,7 @@ def test_a_fix_that_moves_a_recompile_into_the_evaluation_says_what_it_brings(re
     assert proc.returncode == 0, proc.stderr[-3000:]
     (fix,) = data["verification"]["fixes"]
     assert fix["fix"] == "drop-last" and fix["verdict"] in ("verified", "partly verified"), fix
-    (brings,) = [r for r in fix["reasons"] if r.startswith("it brings 1 cause the baseline re-run did not have: ")]
+    (brings,) = [r for r in fix["reasons"] if r.startswith("its re-run has 1 cause the baseline re-run did not show: ")]
     # named as the evaluation's, at the script's line (not the patched copy's), as its own explanation places it
     assert "Dynamo recompiled forward frame 0: a tensor's size changed (1 recompile), between steps " in brings, brings
     assert "(grad off: an evaluation, not a training step) (drop_last_moves_to_evaluation.py:" in brings and "drop-last-" not in brings.split("`")[0], brings

@@ -1054,8 +1054,10 @@ def _verify_in(run: Any, run_dir: Path, work: Path, root: Path, mode: str, fixes
             # have: one the fix moved elsewhere (drop_last in training leaves the evaluation's smaller
             # batch to recompile the forward its training batch had made dynamic). Said, not hidden in the total.
             told = "; ".join(title for title, _ in uncovered[:3])
-            reasons.append(f"it brings {plural(len(uncovered), 'cause')} the baseline re-run did not have: {told}; "
-                           f"`cagtool recompiles {path} --explain` explains {'it' if len(uncovered) == 1 else 'them'}")
+            reasons.append(f"its re-run has {plural(len(uncovered), 'cause')} the baseline re-run did not show: {told}; brought by "
+                           "the fix, or uncovered by it (torch names one failing guard per recompile, so a recompile the fix "
+                           f"removed the first guard of can stay for the next): `cagtool recompiles {path} --explain` explains "
+                           f"{'it' if len(uncovered) == 1 else 'them'}")
         ran_copy = all(r.manifest.options.get("patched_source") for n, r in fixed_record.modes.items() if n == mode or n.startswith(f"{mode}."))
         if fix.patch is not None and not ran_copy:
             verdict, reasons = FAILED, ["the re-run did not run the patched copy: nothing measured of the patch"]

@@ -346,7 +346,8 @@ def cause_phrase(cause: "Cause") -> str:
             CAUSE_GRAD_DEFINED: ".grad switched between None and a tensor",
         }.get(cause.code, "no reason recorded")
     if cause.place:
-        what += f" {cause.place}" if cause.between_steps else f" at {cause.place}"
+        # "between steps 5 and 6" (an evaluation's) reads on its own; "step 6" takes "at".
+        what += f" {cause.place}" if cause.place.startswith(("between", "before")) else f" at {cause.place}"
     changed = cause.facts.get("state_changed_at")
     if changed is not None:
         # The line that changed the state (`torch.set_num_threads(1)`) is the cause; the compiled call is only where it showed.

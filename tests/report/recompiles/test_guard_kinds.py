@@ -535,3 +535,4 @@ def test_an_evaluations_last_batch_below_the_range_a_dynamic_graph_holds_for_is_
     assert [c[1] for c in table_cells(table) if c[0] != "-" and "16 <=" in c[4]] == ["after 2"]
     assert bound.place_said.startswith("between steps 2 and 3 (grad off"), bound.place_said
     assert "between steps 2 and 3" in words.evidence
+    assert "between steps 2 and 3" in cause_phrase(bound) and " at between" not in cause_phrase(bound), cause_phrase(bound)

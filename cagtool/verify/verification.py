@@ -718,6 +718,15 @@ def rerun_cause_key(rep: Any, cause: Any, causes: list[Any] | None = None) -> tu
     return cause_key(cause, causes, rename_copy(rep))
 
 
+def explained_causes(rep: Any) -> list[Any]:
+    """A re-run's explained causes, once per record: causes_left and causes_uncovered both ask of a
+    fix's re-run, and causes_uncovered of the baseline re-run for every fix."""
+    from cagtool.report.recompiles.explain import explain
+    from cagtool.report.recompiles.table import recompile_table
+
+    return rep.derived("explained_causes", lambda record: explain(recompile_table(record)).causes)
+
+
 def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[int, int]:
     """Of the causes `keys` names (number -> cause_key in the recorded run), those the re-run's own
     explanation still finds, with their recompiles (the most of any repetition). The re-run may
@@ -726,15 +735,12 @@ def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[in
     gathers them): their recompiles are summed, not the last one's taken."""
     from collections import Counter
 
-    from cagtool.report.recompiles.explain import explain
-    from cagtool.report.recompiles.table import recompile_table
-
     left: dict[int, int] = {}
     for name, rep in record.modes.items():
         if name != mode and not name.startswith(f"{mode}."):
             continue
         found: Counter[tuple] = Counter()
-        explained = explain(recompile_table(rep)).causes
+        explained = explained_causes(rep)
         for cause in explained:
             found[rerun_cause_key(rep, cause, explained)] += cause.count
         for number, key in keys.items():
@@ -748,11 +754,10 @@ def causes_uncovered(record: RunRecord, baseline: RunRecord, mode: str, cwd: str
     each as (its title, its recompiles, the most of any repetition), in the explanation's order.
     torch reports one failing guard per recompile: a fix that removes a recompile's first can leave
     the recompile to the next guard, which the record never named."""
-    from cagtool.report.recompiles.explain import cause_words, explain
-    from cagtool.report.recompiles.table import recompile_table
+    from cagtool.report.recompiles.explain import cause_words
 
     def causes(run: RunRecord) -> list[tuple[Any, list[Any]]]:
-        return [(rep, explain(recompile_table(rep)).causes) for name, rep in run.modes.items() if name == mode or name.startswith(f"{mode}.")]
+        return [(rep, explained_causes(rep)) for name, rep in run.modes.items() if name == mode or name.startswith(f"{mode}.")]
 
     before = {rerun_cause_key(rep, c, found) for rep, found in causes(baseline) for c in found}
     new: dict[tuple, tuple[str, int]] = {}

@@ -1162,10 +1162,12 @@ def elide(items: list[str], limit: int = MAX_LISTED) -> str:
     return ", ".join(head) + f", ... ({len(items) - limit + 2} more), " + ", ".join(items[-2:])
 
 
-def evidence_text(evidence: list[Evidence], between: bool = False) -> str:
-    """`0/2 (step 4, seq 28)` each; `between`: an evaluation's recompiles (Cause.between_steps),
+def evidence_text(evidence: list[Evidence], between: bool = False, evaluated: frozenset[str] | set[str] = frozenset()) -> str:
+    """`0/2 (step 4, seq 28)` each; `between`: an evaluation's recompiles (Cause.between_steps), and
+    `evaluated`, the compile ids an evaluation compiled in another cause (Cause.place),
     `0/2 (between steps 3 and 4, seq 28)`."""
-    items = [f"{e.compile_id} ({'step ?' if e.step is None else steps_place([e.step], between)}, seq {e.seq})" for e in evidence]
+    items = [f"{e.compile_id} ({'step ?' if e.step is None else steps_place([e.step], between or e.compile_id in evaluated)}, "
+             f"seq {e.seq})" for e in evidence]
     return elide(items)
 
 
@@ -3799,9 +3801,7 @@ def cause_words(cause: Cause, cwd: str) -> Words:
         return Words(words.title, words.why, words.fix, evidence_text(cause.evidence, between=True))
     if evaluated := set(cause.facts.get("evaluation_ids") or ()):
         # Some or all of its recompiles an evaluation compiled (Cause.place): each said where it came.
-        items = [f"{e.compile_id} ({'step ?' if e.step is None else steps_place([e.step], e.compile_id in evaluated)}, seq {e.seq})"
-                 for e in cause.evidence]
-        return Words(words.title, words.why, words.fix, elide(items))
+        return Words(words.title, words.why, words.fix, evidence_text(cause.evidence, evaluated=evaluated))
     return words
 
 

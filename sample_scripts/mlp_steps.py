@@ -2,7 +2,8 @@
 
 Every step has the same shapes, so nothing recompiles after the first step and the step time is
 the only thing that changes between runs. `--slow-ms N` adds N milliseconds of waiting to every
-step, a stand-in for a pull request that made the step slower, to see a gate catch it:
+step, a stand-in for a pull request that made the step slower, to see a gate catch it (`--stall-ms N`
+adds them to every 4th step only: the mean slower, the median step not):
 
     cagtool run --modes ca --backend eager --repeat 5 sample_scripts/mlp_steps.py
     cagtool baseline save -o cagtool-baseline.json
@@ -18,6 +19,8 @@ import torch
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=100)
 parser.add_argument("--slow-ms", type=float, default=0.0, help="wait this long in every step (a slowed copy of the job)")
+parser.add_argument("--stall-ms", type=float, default=0.0, help="wait this long in every --stall-every'th step (data that is late now and then)")
+parser.add_argument("--stall-every", type=int, default=4)
 parser.add_argument("--backend", default="aot_eager", help="the script's own torch.compile backend")
 args = parser.parse_args()
 
@@ -34,6 +37,8 @@ for step in range(args.steps):
     loss.backward()
     if args.slow_ms:
         time.sleep(args.slow_ms / 1000.0)
+    if args.stall_ms and step % args.stall_every == args.stall_every - 1:
+        time.sleep(args.stall_ms / 1000.0)
     optimizer.step()
     optimizer.zero_grad()
 print(f"final loss {loss.item():.4f}")

@@ -70,7 +70,7 @@ MIN_RANK_UNITS = 3
 # ratio of 10 runs of one process per mode spread as 0.31 a ratio, 0.22 a process, in two clusters
 # (benchmarks/replication.py): CPU time is taken at 0.25. A device clock as CPU time (no load moves
 # a kernel's duration more). Compile time: one figure per process.
-ASSUMED_NOISE = {"cpu": 0.25, "wall": 0.42, "device": 0.25, "compile": 0.25}
+ASSUMED_NOISE = {"cpu": 0.25, "wall": 0.42, "device": 0.25, "compile": 0.25, "unwaited": 0.42}
 # No interval is narrower than this noise a process (0.5%): identical figures are a coincidence
 # of rounding or of very few steps, not a measurement of no noise.
 NOISE_FLOOR = 0.005
@@ -106,7 +106,14 @@ OUTLIER_NOISES = 4.0
 # where it is at least this share of the assumed part of the interval.
 OWN_NOISE_SAID = 0.5
 
-MEASURE_WORDS = {"cpu": "CPU time per step", "wall": "wall time per step", "device": "device time per step", "compile": "compile time"}
+MEASURE_WORDS = {"cpu": "CPU time per step", "wall": "wall time per step", "device": "device time per step", "compile": "compile time",
+                 "unwaited": "wall time per step less its waits for a CPU"}
+# The statistics a side keeps of its wall time less its waits for a CPU ("unwaited": each step's
+# wall x (1 - its share waited), report/figures/metrics.py step_waits). The shares come from
+# readings every half second, spread over the steps between them: a sum over the steps keeps
+# what they waited, so the mean is exact, while a quantile is not (a burst of load lands on a
+# few steps, its wait on all of them).
+UNWAITED_FIELDS = ("mean",)
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -201,14 +208,26 @@ class TimingSample:
     # Empty where not known (a baseline file keeps the figures only): taken as 0.
     unit_noise: dict[str, tuple[float, ...]] = field(default_factory=dict)
     cpu_unit_noise: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # The wall clock's figures less each step's wait for a CPU (UNWAITED_FIELDS), where every
+    # process has its steps' waits: what a step spent running or off the CPU by the job's own
+    # doing (a sleep, I/O, a lock), the machine's run queue left out. Empty where not measured.
+    unwaited_units: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    unwaited_unit_noise: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def per_process(self, measure: str, field_name: str) -> tuple[float, ...]:
         """Each process's figure on `measure`, in process order (aligned with `blocks`)."""
-        return (self.cpu_units if measure == "cpu" else self.units).get(field_name, ())
+        held = self.cpu_units if measure == "cpu" else self.unwaited_units if measure == "unwaited" else self.units
+        return held.get(field_name, ())
+
+    def process_noise(self, measure: str, field_name: str) -> tuple[float, ...]:
+        """Each process's own noise on `measure` (aligned with `per_process`; 0 where not known)."""
+        held = self.cpu_unit_noise if measure == "cpu" else self.unwaited_unit_noise if measure == "unwaited" else self.unit_noise
+        noise = held.get(field_name, ())
+        return noise if len(noise) == len(self.per_process(measure, field_name)) else (0.0,) * len(self.per_process(measure, field_name))
 
     def own_noise(self, measure: str, field_name: str) -> tuple[float, ...]:
         """Each process's own noise (`own_noises`) on `measure` for the processes `figures` keeps (0 where not known)."""
-        noise = (self.cpu_unit_noise if measure == "cpu" else self.unit_noise).get(field_name, ())
+        noise = self.process_noise(measure, field_name)
         figures = self.per_process(measure, field_name)
         if len(noise) != len(figures):
             noise = (0.0,) * len(figures)
@@ -304,6 +323,8 @@ def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> Tim
     cpu_noises = [own_noises(p.cpu) for p in kept] if with_cpu else []  # type: ignore[arg-type]
     unit_noise = {name: tuple(n[name] for n in wall_noises) for name in FIELDS}
     cpu_unit_noise = {name: tuple(n[name] for n in cpu_noises) for name in FIELDS} if with_cpu else {}
+    unwaited = _unwaited(kept)
+    unwaited_noises = [own_noises(u) for u in unwaited] if unwaited else []
     return TimingSample(
         count=sum(len(p.times) for p in kept),
         repetitions=len(kept),
@@ -317,7 +338,19 @@ def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> Tim
         left_out=left_out,
         unit_noise=unit_noise,
         cpu_unit_noise=cpu_unit_noise,
+        unwaited_units={name: tuple(statistic(u, name) for u in unwaited) for name in UNWAITED_FIELDS} if unwaited else {},
+        unwaited_unit_noise={name: tuple(n[name] for n in unwaited_noises) for name in UNWAITED_FIELDS} if unwaited else {},
     )
+
+
+def _unwaited(processes: Sequence[ProcessSteps]) -> list[Any]:
+    """Each process's steps' wall times less their waits for a CPU (numpy arrays), where every
+    process has its steps' waits; [] otherwise."""
+    import numpy as np
+
+    if not processes or any(p.wait_share is None or len(p.wait_share) != len(p.times) for p in processes):
+        return []
+    return [np.asarray(p.times, dtype=float) * (1.0 - np.clip(np.asarray(p.wait_share, dtype=float), 0.0, 1.0)) for p in processes]
 
 
 def _why_left_out(process: ProcessSteps) -> str:
@@ -649,9 +682,8 @@ def _odd_blocks_apart(top: TimingSample, bottom: TimingSample, measure: str, fie
         return [math.log(v) for b, v in zip(side.blocks, side.per_process(measure, field_name)) if v > 0 and b not in odd]
 
     def own(side: TimingSample) -> list[float]:
-        noise = (side.cpu_unit_noise if measure == "cpu" else side.unit_noise).get(field_name, ())
+        noise = side.process_noise(measure, field_name)
         figures = side.per_process(measure, field_name)
-        noise = noise if len(noise) == len(figures) else (0.0,) * len(figures)
         return [n for b, v, n in zip(side.blocks, figures, noise) if v > 0 and b not in odd]
 
     agreeing = _independent(logs(top), logs(bottom), measure, confidence, True, [math.log(r) for k, r in pairs if k not in odd],

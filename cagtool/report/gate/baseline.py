@@ -501,9 +501,16 @@ def _pooled_sample(old: TimingSample | None, new: TimingSample | None) -> Timing
         # Each process's own noise where known, 0 where its file kept none: aligned with `units`.
         return {name: (*(a.get(name) or (0.0,) * a_n), *(b.get(name) or (0.0,) * b_n))[-keep:] for name in units}
 
+    # A statistic of every process or of none: a run without its steps' waits leaves the whole side without them.
+    unwaited = {name: (*old.unwaited_units[name], *new.unwaited_units[name])[-keep:]
+                for name in old.unwaited_units if name in new.unwaited_units}
+
     return TimingSample(count, processes, "process", values, units, cpu_units, old.cpu_bound and new.cpu_bound, blocks, new.clock,
                         unit_noise=noise(old.unit_noise, old.repetitions, new.unit_noise, new.repetitions),
-                        cpu_unit_noise=noise(old.cpu_unit_noise, old.repetitions, new.cpu_unit_noise, new.repetitions) if cpu_units else {})
+                        cpu_unit_noise=noise(old.cpu_unit_noise, old.repetitions, new.cpu_unit_noise, new.repetitions) if cpu_units else {},
+                        unwaited_units=unwaited,
+                        unwaited_unit_noise={name: (*old.process_noise("unwaited", name), *new.process_noise("unwaited", name))[-keep:]
+                                             for name in unwaited})
 
 
 def suggested_threshold(snap: ModeSnapshot) -> tuple[int | None, str]:
@@ -607,6 +614,9 @@ class _SampleFile(Struct, kw_only=True):
     # Each process's own noise per statistic (own_noises) (report/figures/intervals.py); older files: none (taken as 0)
     unit_noise: dict[str, list[_OwnNoise]] | UnsetType = UNSET
     cpu_unit_noise: dict[str, list[_OwnNoise]] | UnsetType = UNSET
+    # The wall time less each step's wait for a CPU (TimingSample.unwaited_units), where measured; older files: none
+    unwaited_units_s: dict[str, list[Seconds]] | UnsetType = UNSET
+    unwaited_unit_noise: dict[str, list[_OwnNoise]] | UnsetType = UNSET
 
 
 class _StepTimeFile(Struct, kw_only=True):
@@ -674,6 +684,8 @@ def _sample_file(sample: TimingSample) -> _SampleFile:
         clock=sample.clock,
         unit_noise={name: [float(f"{v:.4g}") for v in values] for name, values in sample.unit_noise.items()} or UNSET,
         cpu_unit_noise={name: [float(f"{v:.4g}") for v in values] for name, values in sample.cpu_unit_noise.items()} or UNSET,
+        unwaited_units_s={name: [_round(v) for v in values] for name, values in sample.unwaited_units.items()} or UNSET,  # type: ignore[misc]
+        unwaited_unit_noise={name: [float(f"{v:.4g}") for v in values] for name, values in sample.unwaited_unit_noise.items()} or UNSET,
     )
 
 
@@ -724,13 +736,16 @@ def _nonzero_at_least_a_nanosecond(where: str, name: str, values: list[float | N
 def _timing_sample(data: _SampleFile, where: str) -> TimingSample:
     held = [("values_s", list(data.values_s.values()))]
     held += [(f"units_s.{n}", v) for n, v in data.units_s.items()] + [(f"cpu_units_s.{n}", v) for n, v in (data.cpu_units_s or {}).items()]
+    unwaited = data.unwaited_units_s if isinstance(data.unwaited_units_s, dict) else {}
+    held += [(f"unwaited_units_s.{n}", v) for n, v in unwaited.items()]
     for key, values in held:
         _nonzero_at_least_a_nanosecond(where, f"step_time.sample.{key}", values)  # type: ignore[arg-type]
     missing = [name for name in FIELDS if name not in data.values_s or name not in data.units_s]
     if missing:
         raise UnreadableInput(f"{where} lacks step_time.sample's {', '.join(missing)}")
     # One figure per process: the repetitions are the figures the file holds, never more.
-    lengths = {len(v) for v in (*data.units_s.values(), *(data.cpu_units_s or {}).values(), *([data.blocks] if data.blocks else []))}
+    lengths = {len(v) for v in (*data.units_s.values(), *(data.cpu_units_s or {}).values(), *unwaited.values(),
+                                *([data.blocks] if data.blocks else []))}
     if lengths != {data.repetitions}:
         raise UnreadableInput(f"{where}: step_time.sample says {data.repetitions} processes but holds "
                               f"{' or '.join(str(n) for n in sorted(lengths))} figures a statistic")
@@ -741,7 +756,8 @@ def _timing_sample(data: _SampleFile, where: str) -> TimingSample:
 
     return TimingSample(data.count, data.repetitions, data.unit, dict(data.values_s), {k: tuple(v) for k, v in data.units_s.items()},
                         {k: tuple(v) for k, v in (data.cpu_units_s or {}).items()}, data.cpu_bound, blocks, data.clock or "wall",
-                        unit_noise=own(data.unit_noise), cpu_unit_noise=own(data.cpu_unit_noise))
+                        unit_noise=own(data.unit_noise), cpu_unit_noise=own(data.cpu_unit_noise),
+                        unwaited_units={k: tuple(v) for k, v in unwaited.items()}, unwaited_unit_noise=own(data.unwaited_unit_noise))
 
 
 def _round_share(value: float) -> float:

@@ -853,20 +853,32 @@ def step_time_verdict(cur: TimingSample, base: TimingSample, field_name: str, sa
     are compared on (CPU time where both spent their steps on the CPU, else wall time). A PASS on
     CPU time also needs the wall time's interval within the threshold: CPU time cannot see a step's
     time off the CPU (a wait added to it), so a pass the wall time cannot confirm is INCONCLUSIVE.
-    Returns (verdict, the interval it rests on, the wall interval when it was consulted too); None
-    without a figure on both sides."""
+    Where the CPU time's verdict is not a FAIL and the wall time's interval lies beyond the
+    threshold, the verdict is on the wall time less each step's wait for a CPU (the "unwaited"
+    measure, the mean's only): a FAIL there is the job's own time off the CPU, not the machine's
+    load. Returns (verdict, the interval it rests on, the
+    wall interval when it was consulted too); None without a figure on both sides."""
     r = ratio_interval(cur, base, field_name)
     if r is None:
         return None
     verdict = regression_verdict(r.ratio, r.low, r.high, samples, allowed, improved)
-    if r.measure != "cpu" or verdict.outcome not in (Outcome.PASS, Outcome.IMPROVED):
+    if r.measure != "cpu" or verdict.outcome in (Outcome.FAIL, Outcome.ERROR):
         return verdict, r, None
     wall = ratio_interval(cur, base, field_name, measure="wall")
     if wall is None:
         return verdict, r, None
     on_wall = regression_verdict(wall.ratio, wall.low, wall.high, samples, allowed, improved)
-    if on_wall.outcome in (Outcome.PASS, Outcome.IMPROVED):
-        return verdict, r, wall
+    if on_wall.outcome is Outcome.FAIL:
+        # Wall time beyond the threshold past its noise, CPU time not (within it, or unresolved):
+        # the steps spent time off the CPU. Less each step's wait for a CPU (the machine's run
+        # queue), what is left is the job's own (a sleep, I/O, a lock): where that too lies beyond
+        # the threshold, the job is slower.
+        unwaited = ratio_interval(cur, base, field_name, measure="unwaited")
+        if unwaited is not None and regression_verdict(unwaited.ratio, unwaited.low, unwaited.high, samples, allowed,
+                                                       improved).outcome is Outcome.FAIL:
+            return RegressionVerdict(Outcome.FAIL, ABOVE), unwaited, wall
+    if verdict.outcome is Outcome.INCONCLUSIVE or on_wall.outcome in (Outcome.PASS, Outcome.IMPROVED):
+        return verdict, r, (wall if verdict.outcome is not Outcome.INCONCLUSIVE else None)
     return RegressionVerdict(Outcome.INCONCLUSIVE, INCONCLUSIVE), r, wall
 
 
@@ -1112,7 +1124,7 @@ class StepTimeRegressionCheck(_TimeCheck):
         ours, theirs = side_figure(cur.sample, r.measure, t.field), side_figure(base.sample, r.measure, t.field)
         assert ours is not None and theirs is not None  # the interval was made of them
         (now_s, now), (before_s, before) = ours, theirs
-        what = "CPU time per step" if r.measure == "cpu" else "step time"
+        what = {"cpu": "CPU time per step", "unwaited": "step time less its waits for a CPU"}.get(r.measure, "step time")
         basis = ratio_basis(r, cur.sample, base.sample, t.field)
         detail = figures_and_ratio(f"{what} {t.field}", now_s, before_s, (now, before), r, basis, t.field)
         if verdict.outcome is Outcome.ERROR:
@@ -1139,6 +1151,15 @@ class StepTimeRegressionCheck(_TimeCheck):
                             "a sleep, I/O, a lock, data not ready; or the machine's other load), which more processes would not "
                             "resolve: the steps' wall times (`cagtool summary`, the report's step chart) show where")
             notes += [steps_note] if steps_note else []
+        if r.measure == "unwaited" and wall is not None:
+            # The FAIL rests on the steps' time less their waits for a CPU: say what each measure read.
+            on_cpu = ratio_interval(cur.sample, base.sample, t.field)
+            held = "within it" if on_cpu is not None and on_cpu.high <= allowed else "not beyond it past its noise"
+            cpu_words = f"CPU time per step {change_text(on_cpu.ratio)}{_range_text(on_cpu)}, {held}; " if on_cpu is not None else ""
+            notes.insert(1, (f"{cpu_words}wall time {change_text(wall.ratio)}{_range_text(wall)}, beyond it, and still "
+                             f"{change_text(r.ratio)} less each step's wait for a CPU (the machine's load): the steps spent time off "
+                             "the CPU that the baseline's did not, by the job's own doing (a sleep, I/O, a lock, data not ready); "
+                             "the steps' wall times (`cagtool summary`, the report's step chart) show where"))
         if verdict.outcome is Outcome.INCONCLUSIVE:
             noisy = _machine_too_noisy(wall if wall is not None else r, allowed)
             if noisy:
@@ -1151,8 +1172,10 @@ class StepTimeRegressionCheck(_TimeCheck):
             "steps": cur.count, "baseline_steps": base.count, "processes": cur.sample.repetitions, "baseline_processes": base.sample.repetitions,
             **_interval_data(r),
         }
+        # Less its waits, a step's time grows under load as its CPU time does (caches lost to the neighbours).
         verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, cur, base, (r.ratio, r.low, r.high), samples,
-                                            (allowed, improved), data, r.measure, machine=machine_effect(current, previous))
+                                            (allowed, improved), data, "cpu" if r.measure == "unwaited" else r.measure,
+                                            machine=machine_effect(current, previous))
         notes += decided.notes
         warnings: list[str] = _outlier_warnings(f"{self.name} ({self.mode})", r, f"{t.field} {what}") + list(decided.warnings)
         if "load_decided" in data:

@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from conftest import ROOT
@@ -1001,26 +1002,65 @@ def test_the_suggested_threshold_holds_on_the_wall_time_that_confirms_a_pass_on_
         assert outcomes == [outcome] * 2, (threshold, outcomes)
 
 
-def test_a_stall_off_the_cpu_every_few_steps_is_not_left_to_more_processes():
-    """A data stall of 30 ms every 4th step (a sleep: no CPU, no wait for one): the median step is
-    CPU-bound, so the mean is judged on CPU time, which the stall does not touch (within +25%), and
-    the wall time, past the threshold beyond its noise, keeps it from a pass. Inconclusive, and the
-    note says the two measures disagree (the steps' time off the CPU), not "N processes would resolve it"."""
-    def side(stall_s: float, seed: int) -> ModeSnapshot:
-        processes = []
-        for i in range(5):
-            cpu = [t / 1000.0 for t in series(4.0, 0.02, 60, seed * 10 + i)]
-            wall = [t + (stall_s if k % 4 == 3 else 0.0) for k, t in enumerate(cpu)]
-            processes.append(ProcessSteps(i, wall, cpu=cpu, thread_cpu=cpu, wait_share=[0.0] * len(cpu)))
-        sample = timing_sample(processes)
-        v = sample.values
-        return replace(snap(), step_time=StepTimeSnapshot(300, v["median"], v["p10"], v["p90"], v["mean"], sample))
+def _stalled_side(stall_s: float, seed: int, wait: float = 0.0, processes: int = 5) -> ModeSnapshot:
+    """Five processes of 60 CPU-bound ~4 ms steps, every 4th step `stall_s` longer off the CPU (a
+    sleep, or a wait for a CPU where `wait`: that share of each stalled step's wall time)."""
+    found = []
+    for i in range(processes):
+        cpu = [t / 1000.0 for t in series(4.0, 0.02, 60, seed * 10 + i)]
+        wall = [t + (stall_s if k % 4 == 3 else 0.0) for k, t in enumerate(cpu)]
+        shares = [(wait * w if k % 4 == 3 else 0.0) for k, w in enumerate(wall)]
+        found.append(ProcessSteps(i, wall, cpu=cpu, thread_cpu=cpu, wait_share=[s / w for s, w in zip(shares, wall)]))
+    sample = timing_sample(found)
+    v = sample.values
+    return replace(snap(), step_time=StepTimeSnapshot(60 * processes, v["median"], v["p10"], v["p90"], v["mean"], sample, cpu_wait=0.0))
 
-    result = StepTimeRegressionCheck(TimeThreshold(25, "%", "mean"), "ca").evaluate({"ca": side(0.030, 2)}, {"ca": side(0.0, 1)})
+
+def test_a_stall_off_the_cpu_every_few_steps_fails_the_mean():
+    """A data stall of 30 ms every 4th step (a sleep: no CPU, no wait for one): the median step is
+    CPU-bound, so the mean is judged on CPU time, which the stall does not touch (within +25%),
+    while the wall time lies past the threshold beyond its noise. Less each step's wait for a CPU
+    (none here) it still does: the job's own time off the CPU, a FAIL that says so. It read
+    INCONCLUSIVE, a real slowdown of the mean never caught."""
+    result = StepTimeRegressionCheck(TimeThreshold(25, "%", "mean"), "ca").evaluate({"ca": _stalled_side(0.030, 2)}, {"ca": _stalled_side(0.0, 1)})
+    assert result.outcome is Outcome.FAIL and result.failed and result.data["measure"] == "unwaited", result.message
+    assert result.message.startswith("max-regression (ca): step time less its waits for a CPU mean "), result.message
+    off = [n for n in result.notes if "the steps spent time off the CPU that the baseline's did not, by the job's own doing" in n]
+    assert len(off) == 1 and off[0].startswith("CPU time per step +") and ", within it; wall time +" in off[0], result.notes
+    # an older baseline without the steps' waits: as before, inconclusive, and the note says the measures disagree
+    base = _stalled_side(0.0, 1)
+    old = replace(base, step_time=replace(base.step_time, sample=replace(base.step_time.sample, unwaited_units={}, unwaited_unit_noise={})))
+    result = StepTimeRegressionCheck(TimeThreshold(25, "%", "mean"), "ca").evaluate({"ca": _stalled_side(0.030, 2)}, {"ca": old})
     assert result.outcome is Outcome.INCONCLUSIVE and result.data["measure"] == "cpu", result.message
     assert "but wall time, which also sees a step's time off the CPU, cannot confirm it" in result.message
     off = [n for n in result.notes if "the steps spent time off the CPU that the baseline's did not" in n]
     assert len(off) == 1 and "would resolve it (run --repeat" not in " ".join(result.notes), result.notes
+
+
+def test_a_stall_that_waited_for_a_cpu_is_the_machines_not_a_fail():
+    """The same 30 ms every 4th step, spent waiting for a CPU (a neighbour's burst): less the
+    waits, the steps are as long as the baseline's, so the wall time's excess is the machine's
+    load and the mean stays inconclusive, as a stall the job made itself does not."""
+    check = StepTimeRegressionCheck(TimeThreshold(25, "%", "mean"), "ca")
+    result = check.evaluate({"ca": _stalled_side(0.030, 2, wait=30 / 34)}, {"ca": _stalled_side(0.0, 1)})
+    assert result.outcome is Outcome.INCONCLUSIVE and result.data["measure"] == "cpu", result.message
+    assert "but wall time, which also sees a step's time off the CPU, cannot confirm it" in result.message
+
+
+def test_a_baseline_keeps_the_steps_time_less_their_waits():
+    """The figures the stall's FAIL rests on survive `baseline save` (file written and read back)
+    and `--accumulate` (two samples pooled); a side with no waits measured has none."""
+    from cagtool.report.gate.baseline import _pooled_sample, _sample_file, _timing_sample
+
+    sample = _stalled_side(0.030, 1).step_time.sample
+    assert len(sample.unwaited_units["mean"]) == 5 and len(sample.unwaited_unit_noise["mean"]) == 5
+    read = _timing_sample(msgspec.json.decode(msgspec.json.encode(_sample_file(sample)), type=type(_sample_file(sample))), "b.json")
+    assert read.unwaited_units["mean"] == pytest.approx(sample.unwaited_units["mean"], rel=1e-5)
+    assert read.process_noise("unwaited", "mean") == pytest.approx(sample.unwaited_unit_noise["mean"], rel=1e-3)
+    pooled = _pooled_sample(read, _stalled_side(0.0, 2).step_time.sample)
+    assert len(pooled.unwaited_units["mean"]) == 10 and len(pooled.process_noise("unwaited", "mean")) == 10
+    unmeasured = timing_sample([ProcessSteps(1, [0.004] * 10, cpu=[0.004] * 10)])
+    assert unmeasured.unwaited_units == {} and _pooled_sample(read, unmeasured).unwaited_units == {}
 
 
 def test_compile_time_is_judged_against_the_wait_where_the_compile_ran():

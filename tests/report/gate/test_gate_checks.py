@@ -1002,12 +1002,12 @@ def test_the_suggested_threshold_holds_on_the_wall_time_that_confirms_a_pass_on_
         assert outcomes == [outcome] * 2, (threshold, outcomes)
 
 
-def _stalled_side(stall_s: float, seed: int, wait: float = 0.0, processes: int = 5) -> ModeSnapshot:
+def _stalled_side(stall_s: float, seed: int, wait: float = 0.0, processes: int = 5, cpu_factor: float = 1.0) -> ModeSnapshot:
     """Five processes of 60 CPU-bound ~4 ms steps, every 4th step `stall_s` longer off the CPU (a
     sleep, or a wait for a CPU where `wait`: that share of each stalled step's wall time)."""
     found = []
     for i in range(processes):
-        cpu = [t / 1000.0 for t in series(4.0, 0.02, 60, seed * 10 + i)]
+        cpu = [cpu_factor * t / 1000.0 for t in series(4.0, 0.02, 60, seed * 10 + i)]
         wall = [t + (stall_s if k % 4 == 3 else 0.0) for k, t in enumerate(cpu)]
         shares = [(wait * w if k % 4 == 3 else 0.0) for k, w in enumerate(wall)]
         found.append(ProcessSteps(i, wall, cpu=cpu, thread_cpu=cpu, wait_share=[s / w for s, w in zip(shares, wall)]))
@@ -1035,6 +1035,16 @@ def test_a_stall_off_the_cpu_every_few_steps_fails_the_mean():
     assert "but wall time, which also sees a step's time off the CPU, cannot confirm it" in result.message
     off = [n for n in result.notes if "the steps spent time off the CPU that the baseline's did not" in n]
     assert len(off) == 1 and "would resolve it (run --repeat" not in " ".join(result.notes), result.notes
+
+
+def test_a_stall_fails_the_mean_where_its_cpu_time_is_unresolved():
+    """The stall's steps also took ~20% more CPU time (caches lost while asleep), at a 20%
+    threshold: the CPU time's interval contains it, the wall time less its waits lies far beyond:
+    a FAIL, whose note says the CPU time was not beyond it past its noise (not "within it")."""
+    result = StepTimeRegressionCheck(TimeThreshold(20, "%", "mean"), "ca").evaluate(
+        {"ca": _stalled_side(0.030, 2, cpu_factor=1.2)}, {"ca": _stalled_side(0.0, 1)})
+    assert result.outcome is Outcome.FAIL and result.data["measure"] == "unwaited", result.message
+    assert any(", not beyond it past its noise; wall time +" in n for n in result.notes), result.notes
 
 
 def test_a_stall_that_waited_for_a_cpu_is_the_machines_not_a_fail():

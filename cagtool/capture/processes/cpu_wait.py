@@ -22,6 +22,11 @@ delayed one waits, while the others spin at its barrier (running, not waiting). 
 time and the other waited the whole time, a summed share of 50 % (a "2x" bound) where the stall
 is the whole interval. The cap keeps the job's own threads out of it: threads that outnumber the
 CPUs wait for each other on an idle machine too, and then the tree leaves nothing to others.
+
+A fourth, **others**: the CPU time everything outside the tree ran on the CPUs the job may use
+(the kernel's per-CPU busy time in /proc/stat, less what the tree ran), cumulative as the rest. A
+wait with nothing else running is the job's own doing (its threads and processes outnumber the
+CPUs), which no quieter runner changes; the figures tell it from the machine's load by this.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from cagtool.record.schema import CPU_WAIT_FILE
 
 SAMPLE_S = 0.5  # a sample of a few dozen threads' counters: ~0.2 ms of cagtool's CPU
 RESCAN_EVERY = 4  # the tree (a scan of /proc, a few ms) is looked for again every 4th sample
+_TICK_HZ = os.sysconf("SC_CLK_TCK")  # the unit of /proc/stat's times
 
 
 def _task_counters(pid: int) -> dict[tuple[int, int], tuple[int, int]]:
@@ -65,6 +71,33 @@ def _cpus_of(pid: int) -> int:
         return os.cpu_count() or 1
 
 
+def _busy_ns(cpus: set[int] | None) -> int | None:
+    """The kernel's busy time of `cpus` (all where None) since boot, from /proc/stat (every state
+    but idle and iowait; guest time is in user already), in ns; None where not readable."""
+    try:
+        with open("/proc/stat", "rb") as handle:
+            lines = handle.read().split(b"\n")
+        busy = 0
+        for line in lines:
+            if not line.startswith(b"cpu") or line.startswith(b"cpu "):
+                continue
+            name, *fields = line.split()
+            if cpus is not None and int(name[3:]) not in cpus:
+                continue
+            ticks = [int(f) for f in fields[:8]]
+            busy += sum(ticks) - ticks[3] - ticks[4]
+        return busy * 1_000_000_000 // _TICK_HZ
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _affinity(pid: int) -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(pid))
+    except (AttributeError, OSError):
+        return None
+
+
 def available() -> bool:
     """Whether this kernel keeps per-thread schedstat (CONFIG_SCHED_INFO)."""
     return os.path.exists(f"/proc/{os.getpid()}/schedstat")
@@ -78,14 +111,18 @@ class CpuWaitSampler:
         self.root = root
         self.clock = clock
         self.sample_s = sample_s
-        # (clock s, cumulative run s, cumulative wait s, cumulative stall s)
-        self.samples: list[tuple[float, float, float, float]] = []
+        # (clock s, cumulative run s, cumulative wait s, cumulative stall s, cumulative others s)
+        self.samples: list[tuple[float, ...]] = []
         self._last: dict[tuple[int, int], tuple[int, int]] = {}
         self._pids: list[int] = [root]
         self._run_ns = 0
         self._wait_ns = 0
         self._stall_ns = 0
         self._cpus = _cpus_of(root)
+        self._cpu_set = _affinity(root)
+        self._busy: int | None = None
+        self._others_ns = 0
+        self._others_read = True  # every sample read /proc/stat: the column is kept
         self._ticks = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -109,11 +146,19 @@ class CpuWaitSampler:
             longest_wait = max(longest_wait, waited)
         self._run_ns += ran
         self._last = now
+        busy = _busy_ns(self._cpu_set)
         clock = self.clock()
         if self.samples:  # the stall of the interval since the last sample (the module's docstring)
             left_to_others = self._cpus * (clock - self.samples[-1][0]) * 1e9 - ran
             self._stall_ns += int(min(longest_wait, max(left_to_others, 0.0)))
-        self.samples.append((clock, self._run_ns / 1e9, self._wait_ns / 1e9, self._stall_ns / 1e9))
+        if busy is None:
+            self._others_read = False
+        elif self._busy is not None:
+            # What the CPUs ran less what the tree ran: the tree's counters are exact, the kernel's
+            # busy time counts in ticks, so a sample may read below 0; the sum keeps the ticks' total.
+            self._others_ns += busy - self._busy - ran
+        self._busy = busy
+        self.samples.append((clock, self._run_ns / 1e9, self._wait_ns / 1e9, self._stall_ns / 1e9, max(self._others_ns, 0) / 1e9))
 
     def _loop(self) -> None:
         try:
@@ -148,6 +193,7 @@ class CpuWaitSampler:
         from cagtool.record.cpu_wait_file import cpu_wait_text
 
         try:
-            write_atomic(mode_dir / CPU_WAIT_FILE, cpu_wait_text(self.sample_s, self.samples))
+            samples = self.samples if self._others_read else [sample[:4] for sample in self.samples]
+            write_atomic(mode_dir / CPU_WAIT_FILE, cpu_wait_text(self.sample_s, samples))
         except OSError:
             pass  # a full disk: the mode simply has no reading

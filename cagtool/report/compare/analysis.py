@@ -337,20 +337,27 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     ratio = interval.ratio if interval is not None else b.median_s / m.median_s
     load_factor = None
     on_cpu = interval is not None and interval.measure == "cpu"
-    heavy = tuple(heavy_load_bound(column.cpu_wait.runnable_fraction, "cpu" if on_cpu else "wall", column.cpu_wait.runnable,
-                                   column.cpu_wait.median_parallel)
-                  if column.cpu_wait is not None and column.cpu_wait.runnable_fraction >= HEAVY_WAIT else None for column in (mode, baseline))
-    if mode.cpu_wait is not None and baseline.cpu_wait is not None:
-        load_factor = baseline.cpu_wait.slowdown / mode.cpu_wait.slowdown
+    # The machine's share of each side's waits: none where nothing else ran on the job's CPUs.
+    waits = [column.cpu_wait.machines() if column.cpu_wait is not None else None for column in (mode, baseline)]
+    heavy = tuple(heavy_load_bound(wait.runnable_fraction, "cpu" if on_cpu else "wall", wait.runnable, wait.median_parallel)
+                  if wait is not None and wait.runnable_fraction >= HEAVY_WAIT else None for wait in waits)
+    own = [label for label, column in ((mode_label, mode), (baseline_label, baseline))
+           if column.cpu_wait is not None and column.cpu_wait.own_waits and column.cpu_wait.step_fraction >= 0.02]
+    if own:
+        words = (f"{' and '.join(own)} waited for a CPU with nothing else running on the job's CPUs: the job's own threads and "
+                 "processes outnumbered them, not the machine's load, so the times stand as measured")
+        note = f"{note}; {words}" if note else words
+    if waits[0] is not None and waits[1] is not None:
+        load_factor = waits[1].slowdown / waits[0].slowdown
         if abs(math.log(load_factor)) >= LOAD_NEGLIGIBLE:
             blocks = min((c.timing.repetitions for c in (mode, baseline) if c.timing is not None), default=1)
-            load = load_note(mode_label, mode.cpu_wait, baseline_label, baseline.cpu_wait, load_factor, repeated=blocks >= 5,
+            load = load_note(mode_label, waits[0], baseline_label, waits[1], load_factor, repeated=blocks >= 5,
                              measure="cpu" if on_cpu else "wall")
             note = f"{note}; {load}" if note else load
     if any(heavy):
         busy = " and ".join(label for label, is_heavy in zip((mode_label, baseline_label), heavy) if is_heavy)
-        parallel = [label for label, column, is_heavy in zip((mode_label, baseline_label), (mode, baseline), heavy) if is_heavy
-                    and column.cpu_wait is not None and (column.cpu_wait.median_parallel or 0) >= PARALLEL_STEP]
+        parallel = [label for label, wait, is_heavy in zip((mode_label, baseline_label), waits, heavy) if is_heavy
+                    and wait is not None and (wait.median_parallel or 0) >= PARALLEL_STEP]
         words = (f"{busy}'s median step waited for a CPU {HEAVY_WAIT:.0%} or more of its runnable time: beyond that, the load can "
                  f"slow a step far more than the wait alone says, its CPU time included (up to {bound_text(max(b for b in heavy if b))} here"
                  + (f"; {' and '.join(parallel)} ran threads in parallel, each region waiting for its slowest thread while the others spin, "

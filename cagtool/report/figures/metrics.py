@@ -1364,6 +1364,12 @@ def load_range(factor: float, measure: str = "wall") -> tuple[float, float]:
     return (min(factor, other), max(factor, other))
 
 
+# Below this many CPU cores used by everything outside the job's processes (on average over its
+# steady steps), a wait for a CPU is the job's own: its threads and processes outnumbered the CPUs.
+# At 0.05 cores, the machine's other work could have delayed a one-thread step by ~5% at most.
+OWN_WAITS_OTHERS = 0.05
+
+
 @dataclass(frozen=True)
 class CpuWait:
     """How long the mode's processes waited for a CPU during its steady steps: the machine's other
@@ -1389,6 +1395,24 @@ class CpuWait:
     # The steady steps' process CPU time over their loop thread's (medians): 2 for a step that
     # keeps two intra-op threads busy (heavy_load_bound); None where the steps do not say.
     median_parallel: float | None = None
+    # The CPU cores everything outside the mode's processes used, on average over the window, on the
+    # CPUs the job may run on (capture/processes/cpu_wait.py, "others"); pooled, the largest of the
+    # repetitions'. None in readings made before it was kept, or where /proc/stat was not read.
+    others_cores: float | None = None
+
+    @property
+    def own_waits(self) -> bool:
+        """Whether the waits are the job's own doing: nothing else ran on its CPUs (less than
+        OWN_WAITS_OTHERS cores), so its threads waited for each other, which no quieter runner
+        changes. False where not known."""
+        return self.others_cores is not None and self.others_cores < OWN_WAITS_OTHERS
+
+    def machines(self) -> CpuWait:
+        """The waits the machine's load made: none where they were the job's own (`own_waits`)."""
+        if not self.own_waits:
+            return self
+        return replace(self, wait_s=0.0, stall_s=0.0 if self.stall_s is not None else None,
+                       median_slowdown=1.0 if self.median_slowdown is not None else None)
 
     @property
     def summed_fraction(self) -> float:
@@ -1540,9 +1564,10 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
     if last[0] - first[0] <= 0:
         return None
     stall = max(last[2] - first[2], 0.0) if len(first) > 2 else None
+    others = max(last[3] - first[3], 0.0) / (end - start) if len(first) > 3 else None
     return CpuWait(wait_s=max(last[1] - first[1], 0.0), run_s=last[0] - first[0], window_s=end - start, stall_s=stall,
                    median_slowdown=median_slowdown([record]), median_runnable=median_runnable([record]),
-                   median_parallel=median_parallel([record]))
+                   median_parallel=median_parallel([record]), others_cores=others)
 
 
 def compile_wait(record: ModeRecord) -> float | None:

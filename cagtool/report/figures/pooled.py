@@ -372,11 +372,14 @@ def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:
     if not read:
         return None
     stalls = [r.stall_s for _, r in read]
+    # A repetition that ran beside others makes the side's waits no longer all its own: the largest.
+    others = [r.others_cores for _, r in read]
     return CpuWait(sum(r.wait_s for _, r in read), sum(r.run_s for _, r in read), sum(r.window_s for _, r in read),
                    stall_s=sum(stalls) if all(s is not None for s in stalls) else None,  # type: ignore[misc]
                    median_slowdown=median_slowdown([record for record, _ in read]),
                    median_runnable=median_runnable([record for record, _ in read]),
-                   median_parallel=median_parallel([record for record, _ in read]))
+                   median_parallel=median_parallel([record for record, _ in read]),
+                   others_cores=max(others) if None not in others else None)  # type: ignore[type-var]
 
 
 def _pooled_stats(per_rep: list[tuple[ModeRecord, ModeMetrics]], intervals: list[float], excluded: list[int], first_step_s: float | None, clock: str) -> StepStats:

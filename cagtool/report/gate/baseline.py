@@ -74,6 +74,10 @@ class StepTimeSnapshot:
     # The steps' process CPU over their loop thread's (CpuWait.median_parallel): a step whose threads
     # ran in parallel has no load bound past HEAVY_WAIT (metrics.heavy_load_bound); None where not known.
     parallel: float | None = None
+    # The CPU cores everything outside the job used on its CPUs during its steps (CpuWait.others_cores):
+    # below OWN_WAITS_OTHERS its waits were its own (its threads outnumbered the CPUs), not the
+    # machine's load; None where not measured.
+    others_cores: float | None = None
 
     @property
     def runnable_wait(self) -> float | None:
@@ -189,8 +193,9 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
         wait = column.cpu_wait.step_fraction if column.cpu_wait is not None else None  # the median step's: what a median is judged against
         runnable = column.cpu_wait.median_runnable if column.cpu_wait is not None else None
         parallel = column.cpu_wait.median_parallel if column.cpu_wait is not None else None
+        others = column.cpu_wait.others_cores if column.cpu_wait is not None else None
         step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing, wait,
-                                     column.processes, runnable=runnable, parallel=parallel)
+                                     column.processes, runnable=runnable, parallel=parallel, others_cores=others)
     problem = "; ".join(f.describe() for f in column.failures)
     m = column.metrics
     if m is None:  # no repetition left a record
@@ -439,9 +444,12 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
                 old_steady, new_steady = steady_of(before.step_time), steady_of(snap.step_time)
                 steady = None if old_steady is None or new_steady is None else np.intersect1d(old_steady, new_steady)
                 both = [p for p in (before.step_time.parallel, snap.step_time.parallel) if p is not None]
+                # Waits all the job's own only where every run's were (the largest of the others' use; unknown where one's is).
+                others = (before.step_time.others_cores, snap.step_time.others_cores)
                 snap = replace(snap, step_time=replace(snap.step_time, sample=pooled, count=pooled.count,
                                                        cpu_wait=heaviest[0], runnable=heaviest[1], steady_steps=steady,
-                                                       parallel=max(both) if both else None))
+                                                       parallel=max(both) if both else None,
+                                                       others_cores=None if None in others else max(others)))  # type: ignore[type-var]
         modes[name] = snap
     return replace(new, modes=modes, processes=(*previous.processes, *new.processes)[-MAX_PROCESS_IDS:])
 
@@ -629,6 +637,7 @@ class _StepTimeFile(Struct, kw_only=True):
     cpu_wait: _Share | UnsetType = UNSET  # written only where measured
     runnable: _Runnable | UnsetType = UNSET  # StepTimeSnapshot.runnable, written only where measured and under 1
     parallel: Annotated[float, Meta(gt=0.0, le=1024.0)] | UnsetType = UNSET  # StepTimeSnapshot.parallel, written where known
+    others_cores: Annotated[float, Meta(ge=0.0, le=1024.0)] | UnsetType = UNSET  # StepTimeSnapshot.others_cores, written where measured
     # The step numbers steady in every process, as [first, last] ranges (step_ranges); older files: none.
     steady_steps: list[tuple[_Count, _Count]] | UnsetType = UNSET
 
@@ -719,6 +728,7 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
             cpu_wait=UNSET if st.cpu_wait is None else _round_share(st.cpu_wait),
             runnable=UNSET if st.runnable is None or st.runnable >= 1.0 else max(_round_share(st.runnable), 1e-6),
             parallel=UNSET if st.parallel is None or not 0 < st.parallel <= 1024 else round(st.parallel, 3),
+            others_cores=UNSET if st.others_cores is None or not 0 <= st.others_cores <= 1024 else round(st.others_cores, 4),
             steady_steps=UNSET if (steady := steady_of(st)) is None else step_ranges(steady),
         ),
         compile_cpu_wait=UNSET if snap.compile_wait is None else _round_share(snap.compile_wait),
@@ -784,7 +794,8 @@ def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
             steady = steps_of_ranges(st.steady_steps)
         step_time = StepTimeSnapshot(st.count, st.median_s, st.p10_s, st.p90_s, st.mean_s, sample, cpu_wait,  # type: ignore[arg-type]
                                      steady_steps=steady, runnable=None if st.runnable is UNSET else st.runnable,  # type: ignore[arg-type]
-                                     parallel=None if st.parallel is UNSET else st.parallel)  # type: ignore[arg-type]
+                                     parallel=None if st.parallel is UNSET else st.parallel,  # type: ignore[arg-type]
+                                     others_cores=None if st.others_cores is UNSET else st.others_cores)  # type: ignore[arg-type]
     return ModeSnapshot(
         mode=name,
         status=data.status,

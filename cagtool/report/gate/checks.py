@@ -37,7 +37,7 @@ from cagtool.report.figures.intervals import (
     ratio_interval,
     timing_sample,
 )
-from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, PARALLEL_STEP, heavy_load_bound, load_range
+from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, OWN_WAITS_OTHERS, PARALLEL_STEP, heavy_load_bound, load_range
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
@@ -527,6 +527,10 @@ class MinSpeedupCheck:
                 **_interval_data(interval, (t.denominator, t.numerator))}
         warnings: list[str] = _outlier_warnings(f"{self.name} ({pair})", interval, "median step time")
         num, den = numerator.step_time, denominator.step_time
+        # Waits with nothing else on the job's CPUs are its own (_own_waits): not the machine's load.
+        notes += [_own_waits_words(f"{self.name} ({pair})", label, snap) for label, snap in ((t.numerator, num), (t.denominator, den))
+                  if _own_waits(snap)]
+        num, den = (replace(snap, cpu_wait=0.0) if _own_waits(snap) else snap for snap in (num, den))  # type: ignore[type-var]
         load = _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator,
                             measure=interval.measure, shown=(_shown(den), _shown(num)))
         corrected: list[Outcome] = []
@@ -651,6 +655,10 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
     (_load_effect)."""
     ratio, low, high = interval
     allowed, improved = bounds
+    # A side whose steps waited with nothing else on its CPUs waited for its own threads: no load of
+    # the machine's to weigh (the verdict is the code's), and a note says so.
+    own_notes = [_own_waits_words(check, side, snap) for side, snap in (("this run", cur), ("the baseline", base)) if _own_waits(snap)]
+    cur, base = (replace(snap, cpu_wait=0.0) if _own_waits(snap) else snap for snap in (cur, base))  # type: ignore[type-var]
     load = _load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline", timed, where, measure,
                         shown=(_shown(cur), _shown(base)))
     corrected: list[Outcome] = []
@@ -671,7 +679,22 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
     if decided.outcome is not verdict.outcome:
         data["verdict"], data["load_decided"] = INCONCLUSIVE, verdict.verdict
         verdict = RegressionVerdict(decided.outcome, INCONCLUSIVE)
+    if own_notes:
+        decided = replace(decided, notes=own_notes + decided.notes)
     return verdict, decided
+
+
+def _own_waits(snap: StepTimeSnapshot | _Waited | None) -> bool:
+    """Whether a side's steps waited for a CPU with nothing else running on its CPUs
+    (report.figures.metrics.OWN_WAITS_OTHERS): its own threads and processes competed."""
+    others = getattr(snap, "others_cores", None)
+    return snap is not None and others is not None and others < OWN_WAITS_OTHERS and bool(snap.cpu_wait)
+
+
+def _own_waits_words(check: str, side: str, snap: Any) -> str:
+    return (f"{check}: {side}'s steps waited for a CPU {snap.runnable_wait:.0%} of their runnable time while nothing else ran on "
+            f"its CPUs ({snap.others_cores:.2f} cores on average): the job's own threads and processes outnumbered them, which a "
+            "quieter runner does not change: judged as measured, not as the machine's load")
 
 
 
@@ -847,8 +870,8 @@ def regression_verdict(
     return RegressionVerdict(Outcome.PASS, up)
 
 
-def step_time_verdict(cur: TimingSample, base: TimingSample, field_name: str, samples: int, allowed: float, improved: float
-                      ) -> tuple[RegressionVerdict, RatioInterval, RatioInterval | None] | None:
+def step_time_verdict(cur: TimingSample, base: TimingSample, field_name: str, samples: int, allowed: float, improved: float,
+                      own_waits: bool = False) -> tuple[RegressionVerdict, RatioInterval, RatioInterval | None] | None:
     """The regression rule on step times (now / baseline): the verdict on the measure the sides
     are compared on (CPU time where both spent their steps on the CPU, else wall time). A PASS on
     CPU time also needs the wall time's interval within the threshold: CPU time cannot see a step's
@@ -856,7 +879,8 @@ def step_time_verdict(cur: TimingSample, base: TimingSample, field_name: str, sa
     Where the CPU time's verdict is not a FAIL and the wall time's interval lies beyond the
     threshold, the verdict is on the wall time less each step's wait for a CPU (the "unwaited"
     measure, the mean's only): a FAIL there is the job's own time off the CPU, not the machine's
-    load. Returns (verdict, the interval it rests on, the
+    load; where `own_waits` (this run's waits were its own: nothing else ran on its CPUs), on the
+    wall time itself. Returns (verdict, the interval it rests on, the
     wall interval when it was consulted too); None without a figure on both sides."""
     r = ratio_interval(cur, base, field_name)
     if r is None:
@@ -873,6 +897,8 @@ def step_time_verdict(cur: TimingSample, base: TimingSample, field_name: str, sa
         # the steps spent time off the CPU. Less each step's wait for a CPU (the machine's run
         # queue), what is left is the job's own (a sleep, I/O, a lock): where that too lies beyond
         # the threshold, the job is slower.
+        if own_waits:
+            return RegressionVerdict(Outcome.FAIL, ABOVE), wall, wall
         unwaited = ratio_interval(cur, base, field_name, measure="unwaited")
         if unwaited is not None and regression_verdict(unwaited.ratio, unwaited.low, unwaited.high, samples, allowed,
                                                        improved).outcome is Outcome.FAIL:
@@ -1117,7 +1143,7 @@ class StepTimeRegressionCheck(_TimeCheck):
         # (CPU time where both sides are CPU-bound, else wall time).
         on = side_figure(base.sample, measure_of(cur.sample, base.sample), t.field)
         allowed, improved = _bounds(t, on[0] if on is not None else base.sample.values[t.field])
-        judged = step_time_verdict(cur.sample, base.sample, t.field, samples, allowed, improved)
+        judged = step_time_verdict(cur.sample, base.sample, t.field, samples, allowed, improved, own_waits=_own_waits(cur))
         if judged is None:
             return unmeasurable(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
         verdict, r, wall = judged
@@ -1151,15 +1177,17 @@ class StepTimeRegressionCheck(_TimeCheck):
                             "a sleep, I/O, a lock, data not ready; or the machine's other load), which more processes would not "
                             "resolve: the steps' wall times (`cagtool summary`, the report's step chart) show where")
             notes += [steps_note] if steps_note else []
-        if r.measure == "unwaited" and wall is not None:
+        if r.measure in ("unwaited", "wall") and wall is not None and verdict.outcome is Outcome.FAIL:
             # The FAIL rests on the steps' time less their waits for a CPU: say what each measure read.
             on_cpu = ratio_interval(cur.sample, base.sample, t.field)
             held = "within it" if on_cpu is not None and on_cpu.high <= allowed else "not beyond it past its noise"
             cpu_words = f"CPU time per step {change_text(on_cpu.ratio)}{_range_text(on_cpu)}, {held}; " if on_cpu is not None else ""
-            notes.insert(1, (f"{cpu_words}wall time {change_text(wall.ratio)}{_range_text(wall)}, beyond it, and still "
-                             f"{change_text(r.ratio)} less each step's wait for a CPU (the machine's load): the steps spent time off "
-                             "the CPU that the baseline's did not, by the job's own doing (a sleep, I/O, a lock, data not ready); "
-                             "the steps' wall times (`cagtool summary`, the report's step chart) show where"))
+            still = (f"and still {change_text(r.ratio)} less each step's wait for a CPU (the machine's load)" if r.measure == "unwaited"
+                     else "its waits for a CPU the job's own (nothing else ran on its CPUs)")
+            notes.insert(1, (f"{cpu_words}wall time {change_text(wall.ratio)}{_range_text(wall)}, beyond it, {still}: the steps "
+                             "spent time off the CPU that the baseline's did not, by the job's own doing (a sleep, I/O, a lock, data "
+                             "not ready, its threads and processes outnumbering the CPUs); the steps' wall times (`cagtool summary`, "
+                             "the report's step chart) show where"))
         if verdict.outcome is Outcome.INCONCLUSIVE:
             noisy = _machine_too_noisy(wall if wall is not None else r, allowed)
             if noisy:

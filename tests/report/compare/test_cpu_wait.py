@@ -66,6 +66,35 @@ def test_a_process_sharing_its_cpu_with_three_busy_ones_reads_as_waiting_most_of
 
 
 @needs_schedstat
+def test_what_else_ran_on_the_jobs_cpu_is_read_beside_its_wait():
+    """A job pinned to one CPU beside a process spinning on it: the readings' fifth column, the CPU
+    time everything outside the tree ran on the job's CPUs, holds the spinner's share (what tells
+    the machine's load from the job's own threads competing: metrics.CpuWait.own_waits); the tree's
+    and the others' time together never exceed what the one CPU had to give."""
+    cpu = min(os.sched_getaffinity(0))
+    pin = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731
+    burner = subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=pin)
+    watched = subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=pin)
+    sampler = CpuWaitSampler(watched.pid)
+    try:
+        while True:  # until the job has run a while (CPU time, not a clock margin)
+            sampler.sample()
+            if _run_ns(watched.pid) > 300_000_000:
+                break
+            time.sleep(0.05)
+        sampler.sample()
+        first, last = sampler.samples[0], sampler.samples[-1]
+        assert len(last) == 5 and all(b[4] >= a[4] - 0.05 for a, b in zip(sampler.samples, sampler.samples[1:]))
+        window = last[0] - first[0]
+        ran, others = last[1] - first[1], last[4] - first[4]
+        # The CPU shared fairly with the spinner: it ran about as long as the job (more where the machine is busier).
+        assert others > 0.5 * ran, (ran, others, window)
+        assert ran + others <= window * 1.0 + 0.05, (ran, others, window)  # one CPU; /proc/stat counts in ticks
+    finally:
+        _kill_tree(watched, [burner])
+
+
+@needs_schedstat
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True, reason="needs two CPUs")
 def test_a_thread_held_back_while_its_sibling_runs_is_a_stall_the_summed_wait_halves():
     """A process tree of two busy workers, one alone on a CPU and one sharing the other CPU with
@@ -96,8 +125,8 @@ def test_a_thread_held_back_while_its_sibling_runs_is_a_stall_the_summed_wait_ha
             time.sleep(0.1)
             sampler.sample()
         end = sampler.samples[-1]
-        elapsed, ran, waited, stalled = (b - a for a, b in zip(start, end))
-        assert len(start) == 4 and stalled > 0.5 * elapsed, (elapsed, ran, waited, stalled)
+        elapsed, ran, waited, stalled, _ = (b - a for a, b in zip(start, end))
+        assert len(start) == 5 and stalled > 0.5 * elapsed, (elapsed, ran, waited, stalled)
         assert stalled / elapsed > waited / (ran + waited), (elapsed, ran, waited, stalled)
     finally:
         _kill_tree(watched, burners)
@@ -352,3 +381,41 @@ def test_a_repetition_without_its_readings_leaves_the_others_wait(record_run, tm
     assert pooled is not None and pooled.fraction == pytest.approx(alone.fraction)
     assert _pooled_cpu_wait([lost]) is None
     assert _largest([None, 0.3, 0.1]) == 0.3 and _largest([None]) is None
+
+
+def test_waits_with_nothing_else_running_are_the_jobs_own_in_compare(tmp_path):
+    """Readings whose fifth column says nothing else ran on the job's CPUs (0.01 cores): the mode's
+    waits are its own (its threads outnumbered the CPUs), so the machine's share is none: no load
+    factor, no heavy-load bound, and compare says why the times stand. Beside a neighbour (0.8
+    cores) the same waits are the machine's, as before."""
+    import msgspec
+
+    from cagtool.record.loader import ModeRecord
+    from cagtool.record.manifest import mode_manifest_from_dict
+    from cagtool.record.schema import StepEvent
+
+    manifest = mode_manifest_from_dict({
+        "mode": "aot", "argv": ["train.py"], "target": {"kind": "script", "name": "train.py"}, "cwd": "/", "versions": {},
+        "backend": "eager", "dynamic": False, "started_at": "2026-01-01T00:00:00+00:00", "status": "finished", "exit_code": 0,
+    })
+    events, t = [], 0.0
+    for i, wall in enumerate([None] + [0.010] * 200):
+        t += wall or 0.0
+        events.append(StepEvent(seq=i, t=t, step=i, backward_s=0.001, wall_s=wall, boundary="optimizer"))
+
+    def reading(others_per_s: float) -> CpuWait:
+        path = tmp_path / f"others{others_per_s}"
+        path.mkdir()
+        # runnable all the time, waiting half of it: run 0.5 s and wait 0.5 s a second
+        samples = [[-1e-3 + i * 0.25, i * 0.125, i * 0.125, 0.0, i * 0.25 * others_per_s] for i in range(12)]
+        (path / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 0.25,
+                                                      "columns": ["t", "run_s", "wait_s", "stall_s", "others_s"], "samples": samples}))
+        found = cpu_wait(ModeRecord(path=path, manifest=msgspec.structs.replace(manifest, clock_t0=0.0), events=events))
+        assert found is not None
+        return found
+
+    own, beside = reading(0.01), reading(0.8)
+    assert own.others_cores == pytest.approx(0.01) and own.own_waits and not beside.own_waits
+    assert own.fraction == pytest.approx(0.5) and own.machines().fraction == 0.0 and own.machines().slowdown == 1.0
+    assert beside.machines() is beside and beside.slowdown == pytest.approx(2.0)
+    assert CpuWait(0.5, 0.5, 1.0).machines().fraction == 0.5  # an older reading: not known, the machine's as before

@@ -108,6 +108,10 @@ _FORGED = [
     (("compile_time_samples_s", 1), 1e-300, "compile_time_samples_s"),
     (("ca_graphs",), 10**400, "ca_graphs"),
     (("peak_rss_bytes",), 10**40, "peak_rss_bytes"),
+    # a forged "nothing else ran" would make a loaded run's waits its own; a forged unwaited figure, a FAIL
+    (("step_time", "others_cores"), -1.0, "others_cores"),
+    (("step_time", "sample", "unwaited_units_s"), {"mean": [1e300, 1e300, 1e300]}, "unwaited_units_s"),
+    (("step_time", "sample", "unwaited_units_s"), {"mean": [0.01]}, "holds 1 or 3 figures"),
 ]
 
 
@@ -137,6 +141,16 @@ def test_figures_at_the_edges_of_a_run_read(tmp_path):
     readable.write_text(json.dumps(data))
     ca = load_baseline(readable).modes["ca"]
     assert ca.compile_time_s == 0.0 and ca.step_time.cpu_wait == 0.999999
+
+
+def test_the_others_cpu_and_the_steps_time_less_their_waits_are_read_back(tmp_path):
+    data = json.loads(V1.read_text())
+    _set(("step_time", "others_cores"), 0.02)(data)
+    _set(("step_time", "sample", "unwaited_units_s"), {"mean": [0.004, 0.0041, 0.0042]})(data)
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(data))
+    ca = load_baseline(path).modes["ca"]
+    assert ca.step_time.others_cores == 0.02 and ca.step_time.sample.unwaited_units == {"mean": (0.004, 0.0041, 0.0042)}
 
 
 def test_a_share_that_rounds_to_one_is_written_short_of_it(tmp_path):

@@ -777,6 +777,34 @@ def _waiting(s: ModeSnapshot, share: float) -> ModeSnapshot:
     return replace(s, step_time=replace(s.step_time, cpu_wait=share))
 
 
+def test_waits_with_nothing_else_on_the_cpus_are_the_jobs_own_not_the_machines_load():
+    """The run's threads waited for a CPU 30% of their time, but nothing outside the job ran on its
+    CPUs (0.01 cores): its own threads and processes outnumbered them (a change that starts more
+    workers or threads). The +20% that the load words would call the machine's is the code's: a
+    FAIL, with a note that says why the wait is not weighed; beside a neighbour (0.9 cores) the same
+    figures are inconclusive, as before."""
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = {"ca": _waiting(snap(median=0.010, spread=0.02, count=200), 0.05)}
+    slower = _waiting(snap(median=0.012, spread=0.02, count=200, seed=3), 0.30)
+    own = check.evaluate({"ca": replace(slower, step_time=replace(slower.step_time, others_cores=0.01))}, base)
+    assert own.outcome is Outcome.FAIL and own.failed and "load_decided" not in own.data, own.message
+    assert any("this run's steps waited for a CPU 30% of their runnable time while nothing else ran on its CPUs (0.01 cores on average)"
+               in n for n in own.notes), own.notes
+    beside = check.evaluate({"ca": replace(slower, step_time=replace(slower.step_time, others_cores=0.9))}, base)
+    assert beside.outcome is Outcome.INCONCLUSIVE and beside.data["load_decided"] == "above", beside.message
+
+
+def test_a_cpu_bound_jobs_own_waits_fail_the_mean_on_its_wall_time():
+    """A one-thread job's every 4th step waits 30 ms for a CPU its own other processes hold
+    (nothing else on its CPUs): less the waits, its steps are the baseline's, but the waits are the
+    job's own doing, so the mean FAILs on the wall time, not on the wall time less its waits."""
+    stalled = _stalled_side(0.030, 2, wait=30 / 34)
+    own = replace(stalled, step_time=replace(stalled.step_time, cpu_wait=0.2, others_cores=0.0))
+    result = StepTimeRegressionCheck(TimeThreshold(25, "%", "mean"), "ca").evaluate({"ca": own}, {"ca": _stalled_side(0.0, 1)})
+    assert result.outcome is Outcome.FAIL and result.data["measure"] == "wall", result.message
+    assert any("its waits for a CPU the job's own (nothing else ran on its CPUs)" in n for n in result.notes), result.notes
+
+
 def test_a_regression_the_load_alone_could_explain_is_inconclusive_and_says_why():
     """A verdict the machine's load could have decided is neither a FAIL nor a PASS (docs/ci.md):
     the load-corrected interval at either end of the load's range gives another outcome."""

@@ -1576,6 +1576,12 @@ def _size_came_back(facts: dict[str, Any]) -> tuple[int | None, int, int] | None
     return None
 
 
+# Starting compiled autograd dynamic where the backward runs outside any torch.compile'd function
+# (a library's loss.backward()): torch.compile's `dynamic` never reaches compiled autograd there;
+# `_enable`'s does (what `cagtool run --dynamic` does, capture/modes/mode_setup.py).
+CA_ENABLE_DYNAMIC_OUTSIDE = ("`with torch._dynamo.compiled_autograd._enable(torch.compile(backend=...), dynamic=True):` around the "
+                             "backward, or around the call that runs it (a Trainer's fit() or train()): the backward runs "
+                             "outside any compiled function, where torch.compile(..., dynamic=True) does not reach it")
 LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); HF Trainer: "
                   "TrainingArguments(dataloader_drop_last=True); slicing the data by hand, skip a chunk "
                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
@@ -2033,11 +2039,12 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # compiled autograd where the config flag turns it on (eval_frame.py, `call_compiled_autograd`).
     fix.append(
         "Start compiled autograd dynamic to skip the static first graph: `cagtool run --dynamic`; in the job, "
-        "compiled_autograd._enable(compiler, dynamic=True)"
-        + (" (the config flag never turns compiled autograd on in this job: see the note above)."
-           if facts.get("ca_by_cagtool_only") else
-           ", or, where torch._dynamo.config.compiled_autograd turns it on, torch.compile(..., dynamic=True) on the compiled "
-           "function that runs backward.")
+        + (CA_ENABLE_DYNAMIC_OUTSIDE + "." if facts.get("backward_outside_compiled") and not facts.get("ca_by_cagtool_only") else
+           "compiled_autograd._enable(compiler, dynamic=True)"
+           + (" (the config flag never turns compiled autograd on in this job: see the note above)."
+              if facts.get("ca_by_cagtool_only") else
+              ", or, where torch._dynamo.config.compiled_autograd turns it on, torch.compile(..., dynamic=True) on the compiled "
+              "function that runs backward."))
         + (" For a last batch this moves the recompile more than it removes it: Dynamo compiles the dynamic graph for the "
            "sizes of its first call and recompiles it once for the shorter batch (re-runs of jobs with a last batch: CA "
            "recompiles 1 -> 0, Dynamo's 0 -> 1 in one epoch, 1 -> 1 in several); dropping or padding the batch removes it."
@@ -3321,6 +3328,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
             fixes.append("Compiled autograd already started dynamic here (its first graph takes its sizes as inputs): Dynamo's "
                          "compile of that graph specialized a size, which torch's own PGO suggestion "
                          "(TORCH_COMPILE_DYNAMIC_SOURCES, printed below where torch made one) makes dynamic from the start.")
+        elif on_ca and facts.get("backward_outside_compiled"):
+            fixes.append(f"On a compiled-autograd graph: start compiled autograd dynamic ({CA_ENABLE_DYNAMIC_OUTSIDE}; "
+                         "`cagtool run --dynamic`).")
         elif on_ca:
             fixes.append("On a compiled-autograd graph: start compiled autograd dynamic (torch.compile(..., dynamic=True) on the "
                          "function that runs backward, or compiled_autograd._enable(compiler, dynamic=True); `cagtool run --dynamic`).")
@@ -4826,4 +4836,7 @@ def explain(table: RecompileTable) -> Explanation:
     if table.ca_by_cagtool_only:
         for cause in causes:
             cause.facts["ca_by_cagtool_only"] = True
+    if table.backward_outside_compiled:
+        for cause in causes:
+            cause.facts["backward_outside_compiled"] = True
     return Explanation(table=table, alerts=alerts, causes=causes)

@@ -217,6 +217,11 @@ class RecompileTable:
     ca_by_cagtool_only: bool = False
     # ... because the function whose call runs backward was compiled before the flag was set.
     ca_flag_after_compile: bool = False
+    # Every backward compiled autograd captured was called outside any function torch.compile made
+    # (a library's loss.backward(), as HF Trainer's and Lightning's): torch.compile's `dynamic`
+    # never reaches compiled autograd there, only `_enable`'s does. False where the record cannot
+    # tell (no Dynamo compile of a CA graph with its caller).
+    backward_outside_compiled: bool = False
     # What in the record contradicts torch's own counters (record/integrity.py): its counts are then
     # what the record holds, not what ran, and no renderer states them as the job's (record_notes).
     damage: list[str] = field(default_factory=list)
@@ -832,6 +837,22 @@ def _fsdp2_backward(record: ModeRecord) -> bool:
     return False
 
 
+def _backward_outside_compiled(compile_events: list[DynamoCompileEvent], breaks: list[GraphBreakEvent]) -> bool:
+    """RecompileTable.backward_outside_compiled: the user's line that ran each captured backward
+    (the caller of Dynamo's compiles of the CA graphs) is in no frame Dynamo compiled (nor a resume
+    function of one), and no compiled frame broke its graph at a backward call (torch 2.13:
+    "Unsupported Tensor.backward() call", what a backward inside a compiled function gives)."""
+    callers = [e.phase.caller for e in compile_events if e.is_ca_graph and e.phase is not None and e.phase.caller is not None]
+    if not callers or any("backward()" in b.reason or "autograd.grad" in b.reason for b in breaks):
+        return False
+    compiled = {(e.co_filename, e.co_name) for e in compile_events if not e.is_ca_graph and e.co_filename and e.co_name}
+    for caller in callers:
+        resume = f"torch_dynamo_resume_in_{caller.function}_at_"
+        if (caller.file, caller.function) in compiled or any(f == caller.file and n.startswith(resume) for f, n in compiled):
+            return False
+    return True
+
+
 def _nested_breaks(breaks: list[GraphBreakEvent], compile_events: list[DynamoCompileEvent]) -> dict[tuple[str, str], tuple[str, int, str]]:
     """RecompileTable.nested_breaks: each graph break in another file than the compiled function's,
     by that function (a resume function counts as the one it continues)."""
@@ -995,6 +1016,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         ca_by_cagtool_only=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD for e in record.of(FindingEvent)),
         ca_flag_after_compile=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD and (e.detail or {}).get("inside_compiled_call")
                                                             for e in record.of(FindingEvent)),
+        backward_outside_compiled=manifest.mode == "ca" and _backward_outside_compiled(compile_events, breaks),
         wrapper_callers=callers,
         wrapper_modules=modules,
         break_reasons=break_reasons,

@@ -212,3 +212,22 @@ def test_a_smaller_batch_the_record_shows_between_full_ones_is_the_last_batch_fo
     words = cause_words(root, table.cwd)
     assert any(w.startswith("The size came back (4 -> 8 at step 3") for w in words.why), words.why
     assert words.fix[0].startswith("It is the last batch: drop it (DataLoader(..., drop_last=True)"), words.fix
+
+
+def test_compiled_autograd_started_dynamic_is_advised_by_enable_where_backward_runs_outside_compiled_code(record_run):
+    """A backward called outside any torch.compile'd function (an eager loop's loss.backward(); HF
+    Trainer's and Lightning's, called by the library) gets no compiled autograd from
+    torch.compile(..., dynamic=True): the fix there is `_enable(..., dynamic=True)` around it, and
+    torch.compile's `dynamic` is offered only where the backward runs inside a compiled function
+    (sample_scripts/shape_loop.py: `torch.compile(lambda: loss.backward())`)."""
+    outside = record_run(str(ROOT / "tests" / "scripts" / "epochs_last_batch.py"))
+    inside = record_run("shape_loop.py")
+    assert outside.returncode == 0 and inside.returncode == 0, outside.stderr[-2000:] + inside.stderr[-2000:]
+    fixes = {}
+    for name, run in (("outside", outside), ("inside", inside)):
+        _, table, explanation = _explained(run.path)
+        root = next(c for c in explanation.causes if c.caused_by is None and c.code == "changed_shapes")
+        fixes[name] = next(f for f in cause_words(root, table.cwd).fix if f.startswith("Start compiled autograd dynamic"))
+    assert "_enable(torch.compile(backend=...), dynamic=True)" in fixes["outside"], fixes["outside"]
+    assert "torch.compile(..., dynamic=True) on the compiled function" not in fixes["outside"], fixes["outside"]
+    assert "torch.compile(..., dynamic=True) on the compiled function that runs backward" in fixes["inside"], fixes["inside"]

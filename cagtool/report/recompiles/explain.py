@@ -736,6 +736,10 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         and (resume.file, resume.line) not in table.break_reasons else None,
         # Per recompile, what the Python value a `== v` / `is None` guard is on was and became.
         "value_changes": changes,
+        # Recompiles of the cause whose failed entries also held a value to be None that it no
+        # longer was (RecompileTable.none_guards_broken): compile id -> those values.
+        "none_guards_broken": {row.compile_id: table.none_guards_broken[row.compile_id] for row in cause.rows
+                               if row.compile_id in table.none_guards_broken},
         # The user's line that called the recompiled code, where a value passed to it is changed.
         "caller": next((row.caller for row in cause.rows if row.caller is not None), None),
         "state_changed_at": changed.changed_at if changed is not None else None,
@@ -2327,6 +2331,23 @@ def _compiled_by(table: RecompileTable, cause: Cause) -> dict[str, Any] | None:
     return {k: found[0].get(k) for k in ("file", "line", "via", "dynamic")}
 
 
+def _none_guards_broken_words(remains: dict[str, list[tuple[str, str, tuple[str, str] | None]]]) -> str:
+    """What stays of a recompile whose failed entries also held a value to be None that it no longer
+    was (RecompileTable.none_guards_broken): a fix of the named guard alone does not remove it."""
+    values = list({source: (source, value, where) for found in remains.values() for source, value, where in found}.values())
+    ids = list(remains)
+    changed = _and_list([f"`{source}`, None when the failed entry compiled and `{value}` at this call"
+                         + (f" (the compiled code's own first call sets it: `{where[0]}` at {where[1]})" if where else "")
+                         for source, value, where in values])
+    before = _and_list([f"`model{source[len('self'):]} = {value}`" if source.startswith("self.") else f"`{source} = {value}`"
+                        for source, value, _ in values])
+    model = " (`model` being the object the compiled code runs as `self`)" if any(v[0].startswith("self.") for v in values) else ""
+    return (f"What remains: {'recompile' if len(ids) == 1 else 'recompiles'} {_and_list(ids)} also failed on the guard of "
+            f"{changed}; torch names only the first failing guard. With only the size made dynamic, the recompile stays, "
+            f"for that guard. Set it before the first compiled call, to the value it takes: {before}{model}; then, with the "
+            "size dynamic as well, the recompile goes.")
+
+
 def accelerate_compiled(facts: dict[str, Any]) -> str | None:
     """Where HF accelerate's torch.compile call (HF Trainer's, with torch_compile=True) compiled the
     frame with `dynamic` unset: its line (`accelerate/accelerator.py:1681`). accelerate reads
@@ -3248,7 +3269,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         if size is not None and not on_ca:
             # torch 2.13, checked by hand: maybe_mark_dynamic on `mask` alone still recompiles on `mask`
             # when `h * mask` ties its length to a static `tokens`; marked on both, no recompile.
-            lead = "To skip even that recompile, mark" if once else "Mark"
+            lead = ("To skip even that recompile, mark" if once and not facts.get("none_guards_broken") else
+                    "To remove this size guard, mark" if once else "Mark")
             if _dynamo_made(size[0]):
                 fixes = [f"`{size[0]}` is no variable of yours: it is a value Dynamo carried across a graph break into the frame "
                          f"that resumes after it. {lead} dim {size[1]} dynamic on the input it is computed from, before the call "
@@ -3283,7 +3305,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                 fixes = [f"accelerate made the compile call{trainer} at {accelerate}, with torch.compile's dynamic unset: "
                          "ACCELERATE_DYNAMO_USE_DYNAMIC=1 in the job's environment (read when accelerate's dynamo plugin is made; "
                          "`accelerate launch --dynamo_use_dynamic`) compiles it with dynamic=True, every size dynamic from the first "
-                         "call, and this recompile goes."]
+                         + ("call: that removes this cause (the size guard), not the recompile: see what remains, below."
+                            if facts.get("none_guards_broken")
+                            else "call, and this recompile goes.")]
             if caller is not None and caller.via and (not fixes or accelerate is not None):
                 # No line of the user's passes the tensor: a library calls the compiled model (HF
                 # Trainer's compute_loss). torch's PGO sources reach it whoever calls; a mark made
@@ -3324,6 +3348,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                          LOADER_LAST_FIX)
         if _ON_PARAMETER.search(guard):
             fixes.append(_PARAMETER_HINT_SIZE)
+        if facts.get("none_guards_broken"):
+            fixes.append(_none_guards_broken_words(facts["none_guards_broken"]))
         if on_ca and facts.get("ca_started_dynamic"):
             fixes.append("Compiled autograd already started dynamic here (its first graph takes its sizes as inputs): Dynamo's "
                          "compile of that graph specialized a size, which torch's own PGO suggestion "

@@ -70,6 +70,7 @@ from cagtool.torch_text import (
     reason_compile_id,
     resume_function,
     source_prefixes,
+    none_guards_broken,
     size_guard,
     guard_shape,
     guard_text,
@@ -249,6 +250,11 @@ class RecompileTable:
     # constant; and where the compiled code assigns that value, (compile id, source) -> (code, place).
     guarded: dict[tuple[str, str], GuardedValue] = field(default_factory=dict)
     assignments: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    # A Dynamo recompile whose every failed entry also held a value to be None that the recompile
+    # holds as another value (none_guards_broken): compile id -> (source, value, assignment or None)
+    # of those values. That guard failed too, unnamed (torch names the first failing guard): a fix
+    # of the named guard alone leaves this recompile.
+    none_guards_broken: dict[str, list[tuple[str, str, tuple[str, str] | None]]] = field(default_factory=dict)
     # The grad mode each recompile on the grad mode was made for (its guard tree's GLOBAL_STATE):
     # compile id -> True (grad on: training after an evaluation) / False (under no_grad or inference_mode).
     grad_modes: dict[str, bool] = field(default_factory=dict)
@@ -695,6 +701,31 @@ def _guarded_values(record: ModeRecord, rows: list[RecompileRow], missing: list[
     return guarded, assignments
 
 
+def _none_guards_broken(record: ModeRecord, rows: list[RecompileRow], missing: list[str]) -> dict[str, list[tuple[str, str, tuple[str, str] | None]]]:
+    """RecompileTable.none_guards_broken, from the guard trees of each Dynamo recompile and of the
+    entries it failed (read only for recompiles whose named guard is not a None guard)."""
+    entries: dict[str, list[str]] = {}
+    for row in rows:
+        if row.source == SOURCE_CA or not row.messages or any(none_guard(guard_text(m)) for m in row.messages):
+            continue
+        failed = [reason_compile_id(m.strip().splitlines()[0]) for m in row.messages]
+        if all(failed) and len(entries) < MAX_GUARD_TREES:
+            entries[row.compile_id] = failed  # type: ignore[assignment]
+    wanted = set(entries) | {cid for failed in entries.values() for cid in failed}
+    trees: dict[str, str] = {}
+    for event in record.of(CompileArtifactEvent):
+        if event.artifact == ARTIFACT_GUARDS and event.compile_id in wanted and event.compile_id not in trees:
+            trees[event.compile_id] = _guard_tree(record, event, missing) or ""
+    broken: dict[str, list[tuple[str, str, tuple[str, str] | None]]] = {}
+    for cid, failed in entries.items():
+        per_entry = [none_guards_broken(trees.get(entry, ""), trees.get(cid, "")) for entry in failed]
+        if per_entry and all(per_entry):
+            values = {source: (source, value, None if where is None else (where[0], _whole_place(where[1], record)))
+                      for found in per_entry for source, value, where in found}
+            broken[cid] = list(values.values())
+    return broken
+
+
 def _whole_place(place: str, record: ModeRecord) -> str:
     """`file:line` as torch's guard comment gives it, whose file torch may have cut to its last
     characters (`mp/hunt9/wlm/model.py` for /tmp/hunt9/wlm/model.py): the file of a compiled frame
@@ -978,6 +1009,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     callers = _wrapper_callers(compile_events)
     missing: list[str] = []
     guarded, assignments = _guarded_values(record, rows, missing)
+    broken_nones = _none_guards_broken(record, rows, missing)
     modules = _wrapper_modules(record, callers, missing)
     grad_modes, inference_modes = _grad_modes(record, rows, missing)
     dynamic_dims = _dynamic_dims(record, rows, missing)
@@ -1023,6 +1055,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         nested_breaks=_nested_breaks(breaks, compile_events),
         guarded=guarded,
         assignments=assignments,
+        none_guards_broken=broken_nones,
         grad_modes=grad_modes,
         inference_modes=inference_modes,
         dynamic_dims=dynamic_dims,

@@ -3318,6 +3318,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                          "lists the sources), or with torch._dynamo.maybe_mark_dynamic where the batch is made (a DataLoader's "
                          "collate_fn; HF Trainer's data_collator) where the library passes that tensor on as it is (a copy to "
                          "another device carries no mark); pad or bucket if it takes many values."]
+            if size[1] > 0 and caller is not None and caller.via.startswith("transformers/"):
+                # transformers + torch 2.13, checked on an HF Trainer job with dynamic padding: with
+                # pad_to_multiple_of=8 the length's recompile was gone.
+                fixes.append("HF Trainer's batches are padded by its data_collator, each to its longest: "
+                             "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8) as the Trainer's data_collator (its default "
+                             "with a tokenizer, without the multiple) rounds each batch's length up to a multiple of 8, so the "
+                             "lengths take a few values, often one; a collate function of your own can pad to a multiple the same "
+                             "way, or to one fixed length.")
             by = facts.get("compiled_by")
             own_compile = (f" (your torch.compile at {display_path(str(by.get('file')), cwd)}:{by.get('line')})"
                            if isinstance(by, dict) and not by.get("via") and by.get("dynamic") is None and by.get("file") else "")

@@ -12,9 +12,10 @@ import pytest
 from conftest import ROOT
 
 from cagtool.record.loader import load_run
+from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import CAUSE_DYNAMO_CA_GRAPH, CAUSE_DYNAMO_FRAME, _guard_fixes, cause_words, explain
 from cagtool.report.recompiles.table import recompile_table
-from cagtool.torch_text import GUARD_LENGTH, GUARD_REQUIRES_GRAD
+from cagtool.torch_text import GUARD_LENGTH, GUARD_REQUIRES_GRAD, GUARD_SIZE
 
 PIECES = ROOT / "tests" / "scripts" / "checkpoint_pieces.py"
 
@@ -231,3 +232,20 @@ def test_compiled_autograd_started_dynamic_is_advised_by_enable_where_backward_r
     assert "_enable(torch.compile(backend=...), dynamic=True)" in fixes["outside"], fixes["outside"]
     assert "torch.compile(..., dynamic=True) on the compiled function" not in fixes["outside"], fixes["outside"]
     assert "torch.compile(..., dynamic=True) on the compiled function that runs backward" in fixes["inside"], fixes["inside"]
+
+
+def test_a_length_padded_by_hf_trainers_collator_is_told_pad_to_multiple_of_and_a_scripts_stays_generic():
+    """A sequence length that changed in a forward HF Trainer calls (`via` transformers/): the
+    collator pads each batch to its longest, and DataCollatorWithPadding(tokenizer,
+    pad_to_multiple_of=8) removed the length's recompile on such a job. A script's own call keeps
+    the generic advice (mark dynamic; pad or bucket)."""
+    guard = "tensor 'kwargs['input_ids']' size mismatch at index 1. expected 29, actual 30"
+
+    def fixes(via: str) -> str:
+        caller = SourceRef(file="/w/train.py", line=37, code="trainer.train()", function="<module>", how="caller", via=via)
+        return " ".join(_guard_fixes({"kind": GUARD_SIZE, "guard": guard, "caller": caller, "stabilised": True}, False, "", "/w"))
+
+    trainer = fixes("transformers/trainer.py:2209")
+    assert "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8) as the Trainer's data_collator" in trainer, trainer
+    script = fixes("")
+    assert "DataCollatorWithPadding" not in script and "pad or bucket if it takes many values" in script, script

@@ -27,7 +27,7 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.recompiles.calls import SELF_CALL_START, call_line, calls_on, innermost_call, split_arguments, uncompiled_call
-from cagtool.report.recompiles.reads import LimitHit, display_path, format_source, short_file, step_list, steps_place
+from cagtool.report.recompiles.reads import EVALUATION_FUNCTION, LimitHit, display_path, format_source, short_file, step_list, steps_place
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
@@ -2919,7 +2919,7 @@ def _with_grad_mode(guard: str) -> list[str]:
 
 
 # A function whose batches are an evaluation's (Lightning's validation_step, an `evaluate` loop).
-_EVALUATION_FUNCTION = re.compile(r"^(?:validation|test|predict|val)_step$|^(?:evaluate|evaluation|validate|eval)\w*$")
+_EVALUATION_FUNCTION = EVALUATION_FUNCTION
 
 
 # A module compiled in place (`module.compile()`, DeepSpeed's `engine.compile()`) is no wrapper: it has

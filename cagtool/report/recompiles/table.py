@@ -47,7 +47,7 @@ from cagtool.report.changed_sizes import misses_with_earlier_values, saved_value
 from cagtool.report.figures.metrics import other_call_captures
 from cagtool.report.findings import SkippedCompile, skipped_compiles
 from cagtool.report.replaced import replaced_by
-from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, inside_captures, limit_hits, short_file, step_summary
+from cagtool.report.recompiles.reads import EVALUATION_FUNCTION, LimitHit, StepSummary, forward_step, inside_captures, limit_hits, short_file, step_summary
 from cagtool.torch_text import (
     GUARD_GRAD_MODE,
     GuardedValue,
@@ -751,6 +751,11 @@ def _grad_modes(record: ModeRecord, rows: list[RecompileRow], missing: list[str]
         if row.source != SOURCE_CA and any(guard_kind(guard_text(m)) == GUARD_GRAD_MODE for m in row.messages):
             failed_entry[row.compile_id] = next((cid for m in row.messages if guard_kind(guard_text(m)) == GUARD_GRAD_MODE
                                                  and (cid := reason_compile_id(m.strip().splitlines()[0]))), "")
+        elif (row.source == SOURCE_DYNAMO_FRAME and not row.initial and row.user_source is not None
+              and EVALUATION_FUNCTION.search(row.user_source.function or "")):
+            # Called from an evaluation's function (Lightning's sanity check runs validation_step
+            # before step 0) on another guard, a size: grad off in its tree makes it an evaluation's.
+            failed_entry[row.compile_id] = ""
     found: dict[str, bool] = {}
     inference: dict[str, bool] = {}
     if not failed_entry:

@@ -760,3 +760,23 @@ def test_a_last_batch_through_a_graph_broken_forward_is_one_cause(record_run):
     code, summary, _ = cli_in_process("summary", str(run.path))
     assert code == 0 and "1 CA recompile and 3 Dynamo recompiles, all from 1 cause: a smaller batch" in summary.split("\n")[0], summary
 
+
+
+@pytest.mark.slow
+def test_an_evaluations_size_recompile_before_the_first_step_reads_before_step_0(record_run):
+    """Lightning's sanity check runs validation_step under no_grad before the first training step:
+    its last batch's size recompile was said "step 0", as if training made it. Called from an
+    evaluation's function with grad off, it reads as evaluation recompiles do: before step 0."""
+    run, causes = _explained(record_run, "sanity_validation_first.py")
+    [size] = [c for c in causes if "size changed" in c["title"]]
+    assert [e["compile_id"] for e in size["evidence_ids"]] == ["0/1"]
+    text = cli_in_process("recompiles", str(run.path), "--explain")[1]
+    heading = next(line for line in text.splitlines() if line.startswith(f"#{size['number']} "))
+    assert heading.endswith("before step 0 (grad off: an evaluation, not a training step)"), heading
+    assert "Evidence: 0/1 (before step 0, seq" in text
+    summary = cli_in_process("summary", str(run.path))[1]
+    assert "recompile 0/1 before step 0: tensor 'args[0]' size mismatch" in summary, summary
+    assert "changed 16->14 before step 0" in summary.splitlines()[0], summary.splitlines()[0]
+    # The training's own recompile (grad mode back on) stays at step 0.
+    assert "recompile 0/2 at step 0: GLOBAL_STATE changed: grad_mode" in summary
+    assert list(_torch_recompiles(run)) == ["0/1", "0/2"]  # torch's count

@@ -1990,8 +1990,12 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # a DataLoader's last batch without drop_last).
     again = [f"{before} -> {after}" for before, after in facts.get("new_sizes_after", [])]
     # Sizes that changed again later are no last batch, however the first change went.
-    shorter = (facts.get("ca_misses_each", facts.get("ca_misses", cause.count)) == 1 and not facts["repeated"] and bool(facts["sizes"]) and not again
-               and all(len(e["values"]) == 2 and e["values"][1] < e["values"][0] for e in facts["sizes"].values()))
+    # A size torch holds in its cache key only (no node reads it) shows its new value alone: it
+    # neither shows nor contradicts the change (a library's CompiledFunctionBackward sizes beside the
+    # loss's, under Lightning).
+    known = [e["values"] for e in facts["sizes"].values() if len(e["values"]) != 1]
+    shorter = (facts.get("ca_misses_each", facts.get("ca_misses", cause.count)) == 1 and not facts["repeated"] and bool(known) and not again
+               and all(len(values) == 2 and values[1] < values[0] for values in known))
     recurring = _recurring_smaller_batch(facts)
     if recurring is not None:
         full, small = recurring

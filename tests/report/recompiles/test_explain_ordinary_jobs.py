@@ -249,3 +249,21 @@ def test_a_length_padded_by_hf_trainers_collator_is_told_pad_to_multiple_of_and_
     assert "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8) as the Trainer's data_collator" in trainer, trainer
     script = fixes("")
     assert "DataCollatorWithPadding" not in script and "pad or bucket if it takes many values" in script, script
+
+
+def test_a_training_loaders_last_batch_is_named_where_the_compiled_forwards_sizes_are_in_the_cache_key_only(record_run):
+    """Lightning's fit() in plain torch (tests/scripts/sanity_check_then_last_batch.py): the sanity
+    check made the forward's batch dimension dynamic, so the training loader's last batch of 4
+    recompiles only the backward, and the compiled forward's backward node holds its sizes in the
+    cache key only (one value seen). Those sizes neither show nor contradict the batch that got
+    smaller: the cause is the last batch, with drop_last, as a plain loop's is."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "sanity_check_then_last_batch.py"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    _, table, explanation = _explained(run.path)
+    root = next(c for c in explanation.causes if c.caused_by is None and c.code == "changed_shapes")
+    assert root.steps == [6, 7]
+    words = cause_words(root, table.cwd)
+    why = " ".join(words.why)
+    assert "torch holds them in its cache key only" in why, why
+    assert "Every size that changed got smaller, once" in why and "The size came back (4 -> 16 at step 7" in why, why
+    assert words.fix[0].startswith("It is the last batch: drop it (DataLoader(..., drop_last=True)"), words.fix

@@ -696,6 +696,28 @@ def assigned_at(guards: str, source: str) -> tuple[str, str] | None:
     return (match["code"].strip(), match["where"]) if match else None
 
 
+def none_guards_broken(failed: str, new: str) -> list[tuple[str, str, tuple[str, str] | None]]:
+    """The values a failed cache entry's guard tree (`failed`) holds to be None (NONE_MATCH) that
+    the recompile's own tree (`new`, compiled for the call the entry failed on) holds as another
+    value: (source, that value, where the compiled code assigns it (assigned_at) or None). Each is a
+    guard that failed at that call too, whichever guard torch's reason names (it names the first
+    that fails: a size guard, for instance)."""
+    found: list[tuple[str, str, tuple[str, str] | None]] = []
+    for match in _NONE_MATCH_LINE.finditer(failed):
+        source = none_guard(match["guard"])
+        if source is None or any(readable_source(source) == f[0] for f in found):
+            continue
+        readable = readable_source(source)
+        now = guarded_value(new, readable)
+        if now is None or now.type_name == "NoneType" or now.constant in (None, "None"):
+            continue
+        found.append((readable, now.constant, assigned_at(failed, readable) or assigned_at(new, readable)))
+    return found
+
+
+_NONE_MATCH_LINE = re.compile(r"NONE_MATCH: (?P<guard>[^#\n]+?)\s+#")
+
+
 _RESUME = re.compile(r"^(?:torch_dynamo_resume_in_)+(?P<function>.+?)(?:_at_\d+)*_at_(?P<line>\d+)$")
 
 

@@ -85,3 +85,30 @@ def test_a_recompile_of_lightnings_resume_frame_is_named_the_rest_of_its_hook_di
     recompiled = {e["compile_id"] for e in events if e["kind"] == "dynamo_recompile"}
     assert {e["compile_id"] for e in resumed["evidence_ids"]} <= recompiled
     assert sum(c["count"] for c in causes if c["code"] == "dynamo_guard_failure") == len(recompiled)  # torch's count
+
+
+def test_lightnings_sanity_check_and_training_loaders_last_batch_are_said_as_they_happened(tmp_path):
+    """tests/scripts/lightning_sanity_last_batch.py under compiled autograd: the sanity check's last
+    validation batch recompiles the forward before step 0, with grad off (not "step 0"); the
+    training loader handed to Trainer.fit ends each epoch with a batch of 4, which recompiles the
+    backward at step 6: named the last batch, with drop_last; and the backward, which Lightning calls
+    outside any compiled function, is started dynamic with `_enable`, not torch.compile's dynamic."""
+    from conftest import cli_in_process
+
+    script = str(ROOT / "tests" / "scripts" / "lightning_sanity_last_batch.py")
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "aot_eager", "--no-report", "-o", str(tmp_path / "r"), script],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "CI": "true"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    code, text, _ = cli_in_process("recompiles", str(tmp_path / "r"), "--explain")
+    assert code == 0
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    [shapes] = [h for h in headings if h.startswith("#1 Tensor shapes changed")]
+    assert shapes.endswith("steps 6-7"), headings
+    assert any("size changed (1 recompile), before step 0 (grad off: an evaluation, not a training step)" in h for h in headings), headings
+    block = text.split(shapes, 1)[1].split("\n#", 1)[0]
+    assert "The size came back (4 -> 16 at step 7" in block, block
+    fixes = [line.strip() for line in block.splitlines() if line.strip().startswith("Fix: ")]
+    assert fixes[0].startswith("Fix: It is the last batch: drop it (DataLoader(..., drop_last=True)"), fixes
+    assert "_enable(torch.compile(backend=...), dynamic=True)" in fixes[1] and "on the compiled function that runs backward" not in fixes[1], fixes
+    events = [json.loads(line) for line in (tmp_path / "r" / "ca" / "events.jsonl").read_text().splitlines()]
+    assert [e["compile_id"] for e in events if e["kind"] == "dynamo_recompile"] == ["0/1", "0/2", "!1/2/1"]  # torch's own

@@ -53,6 +53,18 @@ def test_an_hf_trainers_arguments_get_dataloader_drop_last():
     assert _changed(_patch(source))[1] == "+args = TrainingArguments(output_dir='out', per_device_train_batch_size=8, dataloader_drop_last=True)"
 
 
+def test_an_hf_trainers_arguments_are_named_as_where_drop_last_is_set_not_as_a_loader():
+    """HF Trainer builds its loader inside: the TrainingArguments(...) line is where
+    `dataloader_drop_last` is set, not a loader (tests/scripts/hf_trainer_classifier.py's shape)."""
+    source = ("args = TrainingArguments(output_dir='out', dataloader_drop_last=bool(os.environ.get('DROP')))\n"
+              "trainer = Trainer(model, args)\n")
+    patch = _patch(source)
+    assert not patch.applicable
+    assert patch.why_not == ("the TrainingArguments(...) at line 1 (HF Trainer builds its loader from them) sets "
+                             "dataloader_drop_last from a value made at run time: set it to True there"), patch.why_not
+    assert "loader at line" not in patch.why_not
+
+
 def test_a_dict_of_known_keys_spread_into_the_loader_is_read_as_pytorch_examples_build_it():
     """pytorch/examples' mnist and siamese scripts pass their loaders' options as `**train_kwargs`,
     a dict of known keys updated with an accelerator's: none is drop_last, so the edit is made."""

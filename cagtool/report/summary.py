@@ -590,13 +590,16 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     dynamo_recompiles = record.of(DynamoRecompileEvent)
     refused = _refused_at_limit(record) if dynamo_recompiles else {}
     # An evaluation's recompile (grad off) came between the steps, as the explanation says it.
+    from cagtool.report.recompiles.reads import EVALUATION_FUNCTION
     from cagtool.report.recompiles.unexpected import compiled_grad_off, unexpected_causes
 
     between = {c.compile_id for c in unexpected_causes(record) if c.between_steps} if dynamo_recompiles else set()
     # ... and one that failed another guard first where its compile was for grad off (an evaluation's
     # smaller last batch: `16 <= x.size()[0]`, then the training entry's grad mode), as the table says.
     between |= {rec.compile_id for rec in dynamo_recompiles[:3] if rec.compile_id not in between
-                and any(guard_kind(guard_text(r)) == GUARD_GRAD_MODE for r in rec.reasons) and compiled_grad_off(record, rec.compile_id)}
+                and (any(guard_kind(guard_text(r)) == GUARD_GRAD_MODE for r in rec.reasons)
+                     or (not rec.is_ca_graph and rec.source is not None and EVALUATION_FUNCTION.search(rec.source.function or "")))
+                and compiled_grad_off(record, rec.compile_id)}
     for rec in dynamo_recompiles[:3]:
         # Torch starts each reason with the id of the cache entry it failed for (`0/0: `), which
         # reads as a second compile id; the recompile's own id is the one shown, then its step.

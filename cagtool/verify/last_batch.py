@@ -37,6 +37,14 @@ def _callee(call: ast.Call) -> str | None:
     return name if name in _LOADERS else None
 
 
+def _where(call: ast.Call) -> str:
+    """The call a patch message names: a DataLoader(...) is the loader; TrainingArguments(...) is
+    not one (HF Trainer builds its loader inside, from `dataloader_drop_last` among them)."""
+    if _callee(call) == "TrainingArguments":
+        return f"the TrainingArguments(...) at line {call.lineno} (HF Trainer builds its loader from them)"
+    return f"the loader at line {call.lineno}"
+
+
 def _assigned_names(tree: ast.AST) -> dict[int, str]:
     """id(call) -> the name it is assigned to (`train_loader = DataLoader(...)`)."""
     names: dict[int, str] = {}
@@ -80,12 +88,12 @@ def _training_loader(tree: ast.AST) -> ast.Call | str:
     key = _LOADERS[_callee(call) or "DataLoader"]
     spread = [k.value for k in call.keywords if k.arg is None]
     if any(not (isinstance(v, ast.Name) and _dict_without(tree, v.id, key)) for v in spread):
-        return f"the loader at line {call.lineno} passes **kwargs, which may set {key}: add {key}=True there"
+        return f"{_where(call)} passes **kwargs, which may set {key}: add {key}=True there"
     given = _keyword(call, key)
     if given is not None and _is_true(given.value):
-        return f"the loader at line {call.lineno} already drops its last batch ({key}=True): the smaller batch is made elsewhere"
+        return f"{_where(call)} already drops its last batch ({key}=True): the smaller batch is made elsewhere"
     if given is not None and not (isinstance(given.value, ast.Constant) and given.value.value in (False, None)):
-        return f"the loader at line {call.lineno} sets {key} from a value made at run time: set it to True there"
+        return f"{_where(call)} sets {key} from a value made at run time: set it to True there"
     return call
 
 
@@ -169,7 +177,7 @@ def drop_last_patch(causes: tuple[int, ...], script: str | None, display: str | 
         # After the last argument: a trailing comma, a call over several lines, stay as they are.
         args = [*found.args, *(k.value for k in found.keywords)]
         if not args:
-            return Patch(NAME, causes, TITLE, file, found.lineno, "", False, f"the loader at line {found.lineno} has no arguments")
+            return Patch(NAME, causes, TITLE, file, found.lineno, "", False, f"{_where(found)} has no arguments")
         last = max(args, key=lambda a: (a.end_lineno or 0, a.end_col_offset or 0))
         at, start, end = (last.end_lineno or last.lineno) - 1, last.end_col_offset or 0, last.end_col_offset or 0
     raw = lines[at].encode()

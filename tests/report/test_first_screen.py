@@ -79,12 +79,13 @@ def test_the_headline_names_its_causes_by_their_explain_numbers_where_they_are_n
     comparison = compare_modes(run)
     explanation = ca_explanation(comparison, run)
     assert explanation is not None and [c.number for c in explanation.causes] == [1, 2, 3]
-    assert "--explain's" not in run_headline(comparison, None, explanation).text  # the root is #1
+    assert "in --explain" not in run_headline(comparison, None, explanation).text  # the root is #1
     # The same causes, the root listed last: as #3 of 3.
     moved = [*explanation.causes[1:], explanation.causes[0]]
     renumbered = replace(explanation, causes=tuple(replace(c, number=i) for i, c in enumerate(moved, 1)))
     assert [c.number for c in root_causes(renumbered)] == [3]
-    assert "from 1 cause (--explain's #3 of 3): a smaller batch" in run_headline(comparison, None, renumbered).text
+    headline = run_headline(comparison, None, renumbered).text
+    assert "from 1 cause (#3 in --explain; #1 follows from it; #2 is the .grad warm-up): a smaller batch" in headline, headline
 
 
 def test_the_summary_opens_on_the_headline_then_what_to_do_and_prints_recompiles_without_cache_entry_ids(ragged):

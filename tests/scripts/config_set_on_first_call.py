@@ -1,9 +1,11 @@
 """A compiled model whose forward sets a Python attribute of its config on its first call, when it
 is still None (as transformers' sequence-classification models set `config.problem_type` from the
 labels): Dynamo compiles the forward with the attribute None, and once more with the value it was
-set to. Prints torch's counters last."""
+set to. Prints torch's counters last. `--wider-after-first`: the batches after the first have 6 rows,
+not 4, so that torch names the size guard of that recompile, not the attribute's."""
 
 import json
+import sys
 
 import torch
 
@@ -34,8 +36,9 @@ model = Classifier(Config())
 compiled = torch.compile(model, backend="eager")
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(4):
+    rows = 6 if step and "--wider-after-first" in sys.argv else 4
     opt.zero_grad()
-    compiled(torch.randn(4, 8), torch.randint(0, 2, (4,))).backward()
+    compiled(torch.randn(rows, 8), torch.randint(0, 2, (rows,))).backward()
     opt.step()
 from torch._dynamo.utils import counters  # noqa: E402
 

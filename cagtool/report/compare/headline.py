@@ -18,6 +18,7 @@ kept verification; every renderer (run's summary, `compare`, the HTML report) pu
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
@@ -411,13 +412,30 @@ def _checkpoint_split_phrase(comparison: Comparison, explanation: "Explanation |
     return f"{split}: run the checkpoint in code compiled with a backend that runs AOTAutograd (aot_eager, inductor)"
 
 
+def _root_numbers(explanation: "Explanation", numbers: list[int]) -> str:
+    """Which of --explain's numbers the root causes are, and what its others are: "(#1, #2 and #4
+    in --explain; #3 and #5 follow from them)"."""
+    from cagtool.report.recompiles.explain import _and_list
+
+    follow = [f"#{c.number}" for c in explanation.causes if c.number not in numbers and c.caused_by is not None]
+    warmup = [f"#{c.number}" for c in explanation.causes if c.number not in numbers and c.caused_by is None]
+    others = ([f"{_and_list(follow)} follow{'s' if len(follow) == 1 else ''} from {'it' if len(numbers) == 1 else 'them'}"] if follow else []) + \
+        ([f"{_and_list(warmup)} {'is' if len(warmup) == 1 else 'are'} the .grad warm-up"] if warmup else [])
+    return f" ({_and_list([f'#{n}' for n in numbers])} in --explain" + "".join(f"; {o}" for o in others) + ")"
+
+
+# A fix that follows "it recompiles once" in --explain; first in a headline it says so itself.
+_EVEN_THAT = re.compile(r"^To skip even that (recompile|compile)([,:]) ")
+
+
 def _cause_advice(causes: list["Cause"], cwd: str) -> tuple[str, int, int | None]:
     """The first cause's fix that has something to do (a cause that says there is nothing to fix only
     where none has), with that cause's number of recompiles and its number; ("", 0, None) where no
     cause has a fix."""
     from cagtool.report.recompiles.explain import NOTHING_TO_FIX, cause_words
 
-    fixes = [(fix[0], cause.count, cause.number) for cause in causes if (fix := cause_words(cause, cwd).fix)]
+    fixes = [(_EVEN_THAT.sub(r"To skip this one-time \1\2 ", fix[0]), cause.count, cause.number)
+             for cause in causes if (fix := cause_words(cause, cwd).fix)]
     return next((f for f in fixes if not f[0].startswith(NOTHING_TO_FIX)), fixes[0] if fixes else ("", 0, None))
 
 
@@ -495,8 +513,7 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
         numbers = [c.number for c in roots]
         # --explain numbers every cause, the warm-up and the consequences drawn under their root
         # cause too: where the roots are not its first ones, which of its numbers they are.
-        which = "" if numbers == list(range(1, len(roots) + 1)) else \
-            f" (--explain's #{', #'.join(map(str, numbers[:-1]))}{' and #' if len(numbers) > 1 else ''}{numbers[-1]} of {len(explanation.causes)})"  # type: ignore[union-attr]
+        which = "" if numbers == list(range(1, len(roots) + 1)) else _root_numbers(explanation, numbers)  # type: ignore[arg-type]
         phrase += (f", {'all ' if len(roots) == 1 and not warmup and n + m.dynamo_recompiles > 1 else ''}from {len(roots)} "
                    f"cause{'s' if len(roots) != 1 else ''}{which}: {shown}{more}")
     if verified:

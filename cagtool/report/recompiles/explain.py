@@ -27,7 +27,7 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.recompiles.calls import SELF_CALL_START, call_line, calls_on, innermost_call, split_arguments, uncompiled_call
-from cagtool.report.recompiles.reads import LimitHit, display_path, format_source, short_file, step_list, steps_place
+from cagtool.report.recompiles.reads import EVALUATION_FUNCTION, LimitHit, display_path, format_source, short_file, step_list, steps_place
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
@@ -736,6 +736,10 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         and (resume.file, resume.line) not in table.break_reasons else None,
         # Per recompile, what the Python value a `== v` / `is None` guard is on was and became.
         "value_changes": changes,
+        # Recompiles of the cause whose failed entries also held a value to be None that it no
+        # longer was (RecompileTable.none_guards_broken): compile id -> those values.
+        "none_guards_broken": {row.compile_id: table.none_guards_broken[row.compile_id] for row in cause.rows
+                               if row.compile_id in table.none_guards_broken},
         # The user's line that called the recompiled code, where a value passed to it is changed.
         "caller": next((row.caller for row in cause.rows if row.caller is not None), None),
         "state_changed_at": changed.changed_at if changed is not None else None,
@@ -1576,6 +1580,12 @@ def _size_came_back(facts: dict[str, Any]) -> tuple[int | None, int, int] | None
     return None
 
 
+# Starting compiled autograd dynamic where the backward runs outside any torch.compile'd function
+# (a library's loss.backward()): torch.compile's `dynamic` never reaches compiled autograd there;
+# `_enable`'s does (what `cagtool run --dynamic` does, capture/modes/mode_setup.py).
+CA_ENABLE_DYNAMIC_OUTSIDE = ("`with torch._dynamo.compiled_autograd._enable(torch.compile(backend=...), dynamic=True):` around the "
+                             "backward, or around the call that runs it (a Trainer's fit() or train()): the backward runs "
+                             "outside any compiled function, where torch.compile(..., dynamic=True) does not reach it")
 LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); HF Trainer: "
                   "TrainingArguments(dataloader_drop_last=True); slicing the data by hand, skip a chunk "
                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
@@ -1980,8 +1990,12 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # a DataLoader's last batch without drop_last).
     again = [f"{before} -> {after}" for before, after in facts.get("new_sizes_after", [])]
     # Sizes that changed again later are no last batch, however the first change went.
-    shorter = (facts.get("ca_misses_each", facts.get("ca_misses", cause.count)) == 1 and not facts["repeated"] and bool(facts["sizes"]) and not again
-               and all(len(e["values"]) == 2 and e["values"][1] < e["values"][0] for e in facts["sizes"].values()))
+    # A size torch holds in its cache key only (no node reads it) shows its new value alone: it
+    # neither shows nor contradicts the change (a library's CompiledFunctionBackward sizes beside the
+    # loss's, under Lightning).
+    known = [e["values"] for e in facts["sizes"].values() if len(e["values"]) != 1]
+    shorter = (facts.get("ca_misses_each", facts.get("ca_misses", cause.count)) == 1 and not facts["repeated"] and bool(known) and not again
+               and all(len(values) == 2 and values[1] < values[0] for values in known))
     recurring = _recurring_smaller_batch(facts)
     if recurring is not None:
         full, small = recurring
@@ -2033,11 +2047,12 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # compiled autograd where the config flag turns it on (eval_frame.py, `call_compiled_autograd`).
     fix.append(
         "Start compiled autograd dynamic to skip the static first graph: `cagtool run --dynamic`; in the job, "
-        "compiled_autograd._enable(compiler, dynamic=True)"
-        + (" (the config flag never turns compiled autograd on in this job: see the note above)."
-           if facts.get("ca_by_cagtool_only") else
-           ", or, where torch._dynamo.config.compiled_autograd turns it on, torch.compile(..., dynamic=True) on the compiled "
-           "function that runs backward.")
+        + (CA_ENABLE_DYNAMIC_OUTSIDE + "." if facts.get("backward_outside_compiled") and not facts.get("ca_by_cagtool_only") else
+           "compiled_autograd._enable(compiler, dynamic=True)"
+           + (" (the config flag never turns compiled autograd on in this job: see the note above)."
+              if facts.get("ca_by_cagtool_only") else
+              ", or, where torch._dynamo.config.compiled_autograd turns it on, torch.compile(..., dynamic=True) on the compiled "
+              "function that runs backward."))
         + (" For a last batch this moves the recompile more than it removes it: Dynamo compiles the dynamic graph for the "
            "sizes of its first call and recompiles it once for the shorter batch (re-runs of jobs with a last batch: CA "
            "recompiles 1 -> 0, Dynamo's 0 -> 1 in one epoch, 1 -> 1 in several); dropping or padding the batch removes it."
@@ -2318,6 +2333,23 @@ def _compiled_by(table: RecompileTable, cause: Cause) -> dict[str, Any] | None:
     if len(said) != 1:
         return None
     return {k: found[0].get(k) for k in ("file", "line", "via", "dynamic")}
+
+
+def _none_guards_broken_words(remains: dict[str, list[tuple[str, str, tuple[str, str] | None]]]) -> str:
+    """What stays of a recompile whose failed entries also held a value to be None that it no longer
+    was (RecompileTable.none_guards_broken): a fix of the named guard alone does not remove it."""
+    values = list({source: (source, value, where) for found in remains.values() for source, value, where in found}.values())
+    ids = list(remains)
+    changed = _and_list([f"`{source}`, None when the failed entry compiled and `{value}` at this call"
+                         + (f" (the compiled code's own first call sets it: `{where[0]}` at {where[1]})" if where else "")
+                         for source, value, where in values])
+    before = _and_list([f"`model{source[len('self'):]} = {value}`" if source.startswith("self.") else f"`{source} = {value}`"
+                        for source, value, _ in values])
+    model = " (`model` being the object the compiled code runs as `self`)" if any(v[0].startswith("self.") for v in values) else ""
+    return (f"What remains: {'recompile' if len(ids) == 1 else 'recompiles'} {_and_list(ids)} also failed on the guard of "
+            f"{changed}; torch names only the first failing guard. With only the size made dynamic, the recompile stays, "
+            f"for that guard. Set it before the first compiled call, to the value it takes: {before}{model}; then, with the "
+            "size dynamic as well, the recompile goes.")
 
 
 def accelerate_compiled(facts: dict[str, Any]) -> str | None:
@@ -2891,7 +2923,7 @@ def _with_grad_mode(guard: str) -> list[str]:
 
 
 # A function whose batches are an evaluation's (Lightning's validation_step, an `evaluate` loop).
-_EVALUATION_FUNCTION = re.compile(r"^(?:validation|test|predict|val)_step$|^(?:evaluate|evaluation|validate|eval)\w*$")
+_EVALUATION_FUNCTION = EVALUATION_FUNCTION
 
 
 # A module compiled in place (`module.compile()`, DeepSpeed's `engine.compile()`) is no wrapper: it has
@@ -3241,7 +3273,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         if size is not None and not on_ca:
             # torch 2.13, checked by hand: maybe_mark_dynamic on `mask` alone still recompiles on `mask`
             # when `h * mask` ties its length to a static `tokens`; marked on both, no recompile.
-            lead = "To skip even that recompile, mark" if once else "Mark"
+            lead = ("To skip even that recompile, mark" if once and not facts.get("none_guards_broken") else
+                    "To remove this size guard, mark" if once else "Mark")
             if _dynamo_made(size[0]):
                 fixes = [f"`{size[0]}` is no variable of yours: it is a value Dynamo carried across a graph break into the frame "
                          f"that resumes after it. {lead} dim {size[1]} dynamic on the input it is computed from, before the call "
@@ -3276,7 +3309,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                 fixes = [f"accelerate made the compile call{trainer} at {accelerate}, with torch.compile's dynamic unset: "
                          "ACCELERATE_DYNAMO_USE_DYNAMIC=1 in the job's environment (read when accelerate's dynamo plugin is made; "
                          "`accelerate launch --dynamo_use_dynamic`) compiles it with dynamic=True, every size dynamic from the first "
-                         "call, and this recompile goes."]
+                         + ("call: that removes this cause (the size guard), not the recompile: see what remains, below."
+                            if facts.get("none_guards_broken")
+                            else "call, and this recompile goes.")]
             if caller is not None and caller.via and (not fixes or accelerate is not None):
                 # No line of the user's passes the tensor: a library calls the compiled model (HF
                 # Trainer's compute_loss). torch's PGO sources reach it whoever calls; a mark made
@@ -3287,6 +3322,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                          "lists the sources), or with torch._dynamo.maybe_mark_dynamic where the batch is made (a DataLoader's "
                          "collate_fn; HF Trainer's data_collator) where the library passes that tensor on as it is (a copy to "
                          "another device carries no mark); pad or bucket if it takes many values."]
+            if size[1] > 0 and caller is not None and caller.via.startswith("transformers/"):
+                # transformers + torch 2.13, checked on an HF Trainer job with dynamic padding: with
+                # pad_to_multiple_of=8 the length's recompile was gone.
+                fixes.append("HF Trainer's batches are padded by its data_collator, each to its longest: "
+                             "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8) as the Trainer's data_collator (its default "
+                             "with a tokenizer, without the multiple) rounds each batch's length up to a multiple of 8, so the "
+                             "lengths take a few values, often one; a collate function of your own can pad to a multiple the same "
+                             "way, or to one fixed length.")
             by = facts.get("compiled_by")
             own_compile = (f" (your torch.compile at {display_path(str(by.get('file')), cwd)}:{by.get('line')})"
                            if isinstance(by, dict) and not by.get("via") and by.get("dynamic") is None and by.get("file") else "")
@@ -3317,10 +3360,15 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                          LOADER_LAST_FIX)
         if _ON_PARAMETER.search(guard):
             fixes.append(_PARAMETER_HINT_SIZE)
+        if facts.get("none_guards_broken"):
+            fixes.append(_none_guards_broken_words(facts["none_guards_broken"]))
         if on_ca and facts.get("ca_started_dynamic"):
             fixes.append("Compiled autograd already started dynamic here (its first graph takes its sizes as inputs): Dynamo's "
                          "compile of that graph specialized a size, which torch's own PGO suggestion "
                          "(TORCH_COMPILE_DYNAMIC_SOURCES, printed below where torch made one) makes dynamic from the start.")
+        elif on_ca and facts.get("backward_outside_compiled"):
+            fixes.append(f"On a compiled-autograd graph: start compiled autograd dynamic ({CA_ENABLE_DYNAMIC_OUTSIDE}; "
+                         "`cagtool run --dynamic`).")
         elif on_ca:
             fixes.append("On a compiled-autograd graph: start compiled autograd dynamic (torch.compile(..., dynamic=True) on the "
                          "function that runs backward, or compiled_autograd._enable(compiler, dynamic=True); `cagtool run --dynamic`).")
@@ -4826,4 +4874,7 @@ def explain(table: RecompileTable) -> Explanation:
     if table.ca_by_cagtool_only:
         for cause in causes:
             cause.facts["ca_by_cagtool_only"] = True
+    if table.backward_outside_compiled:
+        for cause in causes:
+            cause.facts["backward_outside_compiled"] = True
     return Explanation(table=table, alerts=alerts, causes=causes)

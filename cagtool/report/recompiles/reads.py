@@ -5,6 +5,8 @@ unexpected.py, phases.py), which the table holds."""
 
 from __future__ import annotations
 
+import re
+
 import bisect
 import os
 from dataclasses import dataclass
@@ -94,6 +96,11 @@ def step_list(steps: list[int]) -> str:
     if start is not None:
         parts.append(f"{start}" if start == prev else f"{start}-{prev}")
     return ", ".join(parts)
+
+
+# A function whose calls are an evaluation's, by its name (Lightning's validation_step, its sanity
+# check's too; HF Trainer's evaluate): a compile called from one with grad off is no training step's.
+EVALUATION_FUNCTION = re.compile(r"^(?:validation|test|predict|val)_step$|^(?:evaluate|evaluation|validate|eval)\w*$")
 
 
 def steps_place(steps: list[int], between: bool) -> str:

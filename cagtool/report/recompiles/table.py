@@ -47,7 +47,7 @@ from cagtool.report.changed_sizes import misses_with_earlier_values, saved_value
 from cagtool.report.figures.metrics import other_call_captures
 from cagtool.report.findings import SkippedCompile, skipped_compiles
 from cagtool.report.replaced import replaced_by
-from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, inside_captures, limit_hits, short_file, step_summary
+from cagtool.report.recompiles.reads import EVALUATION_FUNCTION, LimitHit, StepSummary, forward_step, inside_captures, limit_hits, short_file, step_summary
 from cagtool.torch_text import (
     GUARD_GRAD_MODE,
     GuardedValue,
@@ -70,6 +70,7 @@ from cagtool.torch_text import (
     reason_compile_id,
     resume_function,
     source_prefixes,
+    none_guards_broken,
     size_guard,
     guard_shape,
     guard_text,
@@ -217,6 +218,11 @@ class RecompileTable:
     ca_by_cagtool_only: bool = False
     # ... because the function whose call runs backward was compiled before the flag was set.
     ca_flag_after_compile: bool = False
+    # Every backward compiled autograd captured was called outside any function torch.compile made
+    # (a library's loss.backward(), as HF Trainer's and Lightning's): torch.compile's `dynamic`
+    # never reaches compiled autograd there, only `_enable`'s does. False where the record cannot
+    # tell (no Dynamo compile of a CA graph with its caller).
+    backward_outside_compiled: bool = False
     # What in the record contradicts torch's own counters (record/integrity.py): its counts are then
     # what the record holds, not what ran, and no renderer states them as the job's (record_notes).
     damage: list[str] = field(default_factory=list)
@@ -244,6 +250,11 @@ class RecompileTable:
     # constant; and where the compiled code assigns that value, (compile id, source) -> (code, place).
     guarded: dict[tuple[str, str], GuardedValue] = field(default_factory=dict)
     assignments: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    # A Dynamo recompile whose every failed entry also held a value to be None that the recompile
+    # holds as another value (none_guards_broken): compile id -> (source, value, assignment or None)
+    # of those values. That guard failed too, unnamed (torch names the first failing guard): a fix
+    # of the named guard alone leaves this recompile.
+    none_guards_broken: dict[str, list[tuple[str, str, tuple[str, str] | None]]] = field(default_factory=dict)
     # The grad mode each recompile on the grad mode was made for (its guard tree's GLOBAL_STATE):
     # compile id -> True (grad on: training after an evaluation) / False (under no_grad or inference_mode).
     grad_modes: dict[str, bool] = field(default_factory=dict)
@@ -690,6 +701,31 @@ def _guarded_values(record: ModeRecord, rows: list[RecompileRow], missing: list[
     return guarded, assignments
 
 
+def _none_guards_broken(record: ModeRecord, rows: list[RecompileRow], missing: list[str]) -> dict[str, list[tuple[str, str, tuple[str, str] | None]]]:
+    """RecompileTable.none_guards_broken, from the guard trees of each Dynamo recompile and of the
+    entries it failed (read only for recompiles whose named guard is not a None guard)."""
+    entries: dict[str, list[str]] = {}
+    for row in rows:
+        if row.source == SOURCE_CA or not row.messages or any(none_guard(guard_text(m)) for m in row.messages):
+            continue
+        failed = [reason_compile_id(m.strip().splitlines()[0]) for m in row.messages]
+        if all(failed) and len(entries) < MAX_GUARD_TREES:
+            entries[row.compile_id] = failed  # type: ignore[assignment]
+    wanted = set(entries) | {cid for failed in entries.values() for cid in failed}
+    trees: dict[str, str] = {}
+    for event in record.of(CompileArtifactEvent):
+        if event.artifact == ARTIFACT_GUARDS and event.compile_id in wanted and event.compile_id not in trees:
+            trees[event.compile_id] = _guard_tree(record, event, missing) or ""
+    broken: dict[str, list[tuple[str, str, tuple[str, str] | None]]] = {}
+    for cid, failed in entries.items():
+        per_entry = [none_guards_broken(trees.get(entry, ""), trees.get(cid, "")) for entry in failed]
+        if per_entry and all(per_entry):
+            values = {source: (source, value, None if where is None else (where[0], _whole_place(where[1], record)))
+                      for found in per_entry for source, value, where in found}
+            broken[cid] = list(values.values())
+    return broken
+
+
 def _whole_place(place: str, record: ModeRecord) -> str:
     """`file:line` as torch's guard comment gives it, whose file torch may have cut to its last
     characters (`mp/hunt9/wlm/model.py` for /tmp/hunt9/wlm/model.py): the file of a compiled frame
@@ -715,6 +751,11 @@ def _grad_modes(record: ModeRecord, rows: list[RecompileRow], missing: list[str]
         if row.source != SOURCE_CA and any(guard_kind(guard_text(m)) == GUARD_GRAD_MODE for m in row.messages):
             failed_entry[row.compile_id] = next((cid for m in row.messages if guard_kind(guard_text(m)) == GUARD_GRAD_MODE
                                                  and (cid := reason_compile_id(m.strip().splitlines()[0]))), "")
+        elif (row.source == SOURCE_DYNAMO_FRAME and not row.initial and row.user_source is not None
+              and EVALUATION_FUNCTION.search(row.user_source.function or "")):
+            # Called from an evaluation's function (Lightning's sanity check runs validation_step
+            # before step 0) on another guard, a size: grad off in its tree makes it an evaluation's.
+            failed_entry[row.compile_id] = ""
     found: dict[str, bool] = {}
     inference: dict[str, bool] = {}
     if not failed_entry:
@@ -830,6 +871,22 @@ def _fsdp2_backward(record: ModeRecord) -> bool:
         if any(node.origin is not None and node.origin.name == FSDP2_BACKWARD_NODE for node in nodes):
             return True
     return False
+
+
+def _backward_outside_compiled(compile_events: list[DynamoCompileEvent], breaks: list[GraphBreakEvent]) -> bool:
+    """RecompileTable.backward_outside_compiled: the user's line that ran each captured backward
+    (the caller of Dynamo's compiles of the CA graphs) is in no frame Dynamo compiled (nor a resume
+    function of one), and no compiled frame broke its graph at a backward call (torch 2.13:
+    "Unsupported Tensor.backward() call", what a backward inside a compiled function gives)."""
+    callers = [e.phase.caller for e in compile_events if e.is_ca_graph and e.phase is not None and e.phase.caller is not None]
+    if not callers or any("backward()" in b.reason or "autograd.grad" in b.reason for b in breaks):
+        return False
+    compiled = {(e.co_filename, e.co_name) for e in compile_events if not e.is_ca_graph and e.co_filename and e.co_name}
+    for caller in callers:
+        resume = f"torch_dynamo_resume_in_{caller.function}_at_"
+        if (caller.file, caller.function) in compiled or any(f == caller.file and n.startswith(resume) for f, n in compiled):
+            return False
+    return True
 
 
 def _nested_breaks(breaks: list[GraphBreakEvent], compile_events: list[DynamoCompileEvent]) -> dict[tuple[str, str], tuple[str, int, str]]:
@@ -957,6 +1014,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     callers = _wrapper_callers(compile_events)
     missing: list[str] = []
     guarded, assignments = _guarded_values(record, rows, missing)
+    broken_nones = _none_guards_broken(record, rows, missing)
     modules = _wrapper_modules(record, callers, missing)
     grad_modes, inference_modes = _grad_modes(record, rows, missing)
     dynamic_dims = _dynamic_dims(record, rows, missing)
@@ -995,12 +1053,14 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         ca_by_cagtool_only=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD for e in record.of(FindingEvent)),
         ca_flag_after_compile=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD and (e.detail or {}).get("inside_compiled_call")
                                                             for e in record.of(FindingEvent)),
+        backward_outside_compiled=manifest.mode == "ca" and _backward_outside_compiled(compile_events, breaks),
         wrapper_callers=callers,
         wrapper_modules=modules,
         break_reasons=break_reasons,
         nested_breaks=_nested_breaks(breaks, compile_events),
         guarded=guarded,
         assignments=assignments,
+        none_guards_broken=broken_nones,
         grad_modes=grad_modes,
         inference_modes=inference_modes,
         dynamic_dims=dynamic_dims,

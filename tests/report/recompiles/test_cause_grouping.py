@@ -24,9 +24,9 @@ def test_guarded_names_reads_the_python_values_a_guard_is_on():
     assert guarded_names("___check_obj_id(L['fn'], 140)") == ()
 
 
-def _explained(record_run, script: str, backend: str = "eager") -> tuple:
+def _explained(record_run, script: str, *args: str, backend: str = "eager") -> tuple:
     """tests/scripts/SCRIPT recorded in the ca mode, and its causes as `recompiles --explain` gives them."""
-    run = record_run(f"../tests/scripts/{script}", backend=backend)
+    run = record_run(f"../tests/scripts/{script}", *args, backend=backend)
     assert run.returncode == 0, run.stderr[-2000:]
     code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
     assert code == 0
@@ -370,6 +370,25 @@ def test_an_attribute_the_forward_sets_on_its_first_call_is_named_with_the_value
     assert "`model.config.problem_type = 'single_label_classification'` (`model` being the Classifier" in none["fix"][0]
     assert none["fix"][1].startswith("Or accept it: a one-time recompile")
     assert list(_torch_recompiles(run)) == [e["compile_id"] for e in none["evidence_ids"]]  # torch's count
+
+
+@pytest.mark.slow
+def test_a_size_fix_does_not_claim_the_recompile_goes_where_a_none_guard_failed_in_it_too(record_run):
+    """The same forward, its batches 6 rows after a first of 4 (BERT under HF Trainer with dynamic
+    padding): torch's reason for 0/1 names the size guard only, but the attribute set by the first
+    call failed too. Making the size dynamic removes that cause, not the recompile (--verify's
+    ACCELERATE_DYNAMO_USE_DYNAMIC re-run of such a job still recompiles on `config.problem_type`):
+    the fix says what remains and how to remove it."""
+    run, causes = _explained(record_run, "config_set_on_first_call.py", "--wider-after-first")
+    [size] = [c for c in causes if c["code"] == "dynamo_guard_failure"]
+    assert "size mismatch at index 0. expected 4, actual 6" in " ".join(size["why"])
+    fix = " ".join(size["fix"])
+    assert "To skip even that recompile" not in fix and "this recompile goes" not in fix, fix
+    assert fix.startswith("To remove this size guard, mark the dimension dynamic"), fix
+    assert ("What remains: recompile 0/1 also failed on the guard of `self.config.problem_type`, None when the failed entry "
+            "compiled and `'single_label_classification'` at this call") in fix, fix
+    assert "`model.config.problem_type = 'single_label_classification'`" in fix
+    assert list(_torch_recompiles(run)) == [e["compile_id"] for e in size["evidence_ids"]]  # torch's count
 
 
 @pytest.mark.slow
@@ -741,3 +760,35 @@ def test_a_last_batch_through_a_graph_broken_forward_is_one_cause(record_run):
     code, summary, _ = cli_in_process("summary", str(run.path))
     assert code == 0 and "1 CA recompile and 3 Dynamo recompiles, all from 1 cause: a smaller batch" in summary.split("\n")[0], summary
 
+
+
+@pytest.mark.slow
+def test_an_evaluations_size_recompile_before_the_first_step_reads_before_step_0(record_run):
+    """Lightning's sanity check runs validation_step under no_grad before the first training step:
+    its last batch's size recompile was said "step 0", as if training made it. Called from an
+    evaluation's function with grad off, it reads as evaluation recompiles do: before step 0."""
+    run, causes = _explained(record_run, "sanity_validation_first.py")
+    [size] = [c for c in causes if "size changed" in c["title"]]
+    assert [e["compile_id"] for e in size["evidence_ids"]] == ["0/1"]
+    text = cli_in_process("recompiles", str(run.path), "--explain")[1]
+    heading = next(line for line in text.splitlines() if line.startswith(f"#{size['number']} "))
+    assert heading.endswith("before step 0 (grad off: an evaluation, not a training step)"), heading
+    assert "Evidence: 0/1 (before step 0, seq" in text
+    summary = cli_in_process("summary", str(run.path))[1]
+    assert "recompile 0/1 before step 0: tensor 'args[0]' size mismatch" in summary, summary
+    assert "changed 16->14 before step 0" in summary.splitlines()[0], summary.splitlines()[0]
+    # The training's own recompile (grad mode back on) stays at step 0.
+    assert "recompile 0/2 at step 0: GLOBAL_STATE changed: grad_mode" in summary
+    assert list(_torch_recompiles(run)) == ["0/1", "0/2"]  # torch's count
+
+
+@pytest.mark.slow
+def test_the_headlines_advice_opens_plainly_on_a_one_time_recompile(record_run):
+    """--explain's fix for a one-time size recompile follows its "one recompile in all": "To skip
+    even that recompile, mark ...". The headline's what-to-do has no such sentence before it: it
+    says the recompile is one-time itself."""
+    run, _ = _explained(record_run, "sanity_validation_first.py")
+    lines = cli_in_process("summary", str(run.path))[1].splitlines()
+    advice = next(line for line in lines if line.startswith("what to do: "))
+    assert advice.startswith("what to do: To skip this one-time recompile, mark the dimension dynamic before the call"), advice
+    assert "even that" not in advice

@@ -154,7 +154,7 @@ def test_one_thread_count_change_is_one_cause_and_its_fix_is_concrete(record_run
     assert "Fix (grad mode): evaluate with the uncompiled module (`compiled._orig_mod(...)` at the evaluation's call, grad still off there)" in text
     headline = _headline(run)["text"]
     # The line that changed the thread count is the cause; the others' lines are the compiled calls, said so.
-    assert headline.startswith("4 Dynamo recompiles in 5 steps, from 3 causes (--explain's #1, #3 and #4 of 4): global state changed (`num_threads`) at step 1 "
+    assert headline.startswith("4 Dynamo recompiles in 5 steps, from 3 causes (#1, #3 and #4 in --explain; #2 follows from them): global state changed (`num_threads`) at step 1 "
                                "(`torch.set_num_threads(1)` at unexpected_causes.py:17) and submodule `1` (a Dropout) was switched "
                                "to eval() at step 3 (the compiled call at unexpected_causes.py:38)"), headline
     assert "The state was changed (from 2 to 1) at sample_scripts/unexpected_causes.py:17  torch.set_num_threads(1), before that call" in first["why"][1]

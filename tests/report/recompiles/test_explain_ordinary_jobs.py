@@ -12,9 +12,10 @@ import pytest
 from conftest import ROOT
 
 from cagtool.record.loader import load_run
+from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import CAUSE_DYNAMO_CA_GRAPH, CAUSE_DYNAMO_FRAME, _guard_fixes, cause_words, explain
 from cagtool.report.recompiles.table import recompile_table
-from cagtool.torch_text import GUARD_LENGTH, GUARD_REQUIRES_GRAD
+from cagtool.torch_text import GUARD_LENGTH, GUARD_REQUIRES_GRAD, GUARD_SIZE
 
 PIECES = ROOT / "tests" / "scripts" / "checkpoint_pieces.py"
 
@@ -211,4 +212,58 @@ def test_a_smaller_batch_the_record_shows_between_full_ones_is_the_last_batch_fo
     root = next(c for c in explanation.causes if c.caused_by is None and c.code == "changed_shapes")
     words = cause_words(root, table.cwd)
     assert any(w.startswith("The size came back (4 -> 8 at step 3") for w in words.why), words.why
+    assert words.fix[0].startswith("It is the last batch: drop it (DataLoader(..., drop_last=True)"), words.fix
+
+
+def test_compiled_autograd_started_dynamic_is_advised_by_enable_where_backward_runs_outside_compiled_code(record_run):
+    """A backward called outside any torch.compile'd function (an eager loop's loss.backward(); HF
+    Trainer's and Lightning's, called by the library) gets no compiled autograd from
+    torch.compile(..., dynamic=True): the fix there is `_enable(..., dynamic=True)` around it, and
+    torch.compile's `dynamic` is offered only where the backward runs inside a compiled function
+    (sample_scripts/shape_loop.py: `torch.compile(lambda: loss.backward())`)."""
+    outside = record_run(str(ROOT / "tests" / "scripts" / "epochs_last_batch.py"))
+    inside = record_run("shape_loop.py")
+    assert outside.returncode == 0 and inside.returncode == 0, outside.stderr[-2000:] + inside.stderr[-2000:]
+    fixes = {}
+    for name, run in (("outside", outside), ("inside", inside)):
+        _, table, explanation = _explained(run.path)
+        root = next(c for c in explanation.causes if c.caused_by is None and c.code == "changed_shapes")
+        fixes[name] = next(f for f in cause_words(root, table.cwd).fix if f.startswith("Start compiled autograd dynamic"))
+    assert "_enable(torch.compile(backend=...), dynamic=True)" in fixes["outside"], fixes["outside"]
+    assert "torch.compile(..., dynamic=True) on the compiled function" not in fixes["outside"], fixes["outside"]
+    assert "torch.compile(..., dynamic=True) on the compiled function that runs backward" in fixes["inside"], fixes["inside"]
+
+
+def test_a_length_padded_by_hf_trainers_collator_is_told_pad_to_multiple_of_and_a_scripts_stays_generic():
+    """A sequence length that changed in a forward HF Trainer calls (`via` transformers/): the
+    collator pads each batch to its longest, and DataCollatorWithPadding(tokenizer,
+    pad_to_multiple_of=8) removed the length's recompile on such a job. A script's own call keeps
+    the generic advice (mark dynamic; pad or bucket)."""
+    guard = "tensor 'kwargs['input_ids']' size mismatch at index 1. expected 29, actual 30"
+
+    def fixes(via: str) -> str:
+        caller = SourceRef(file="/w/train.py", line=37, code="trainer.train()", function="<module>", how="caller", via=via)
+        return " ".join(_guard_fixes({"kind": GUARD_SIZE, "guard": guard, "caller": caller, "stabilised": True}, False, "", "/w"))
+
+    trainer = fixes("transformers/trainer.py:2209")
+    assert "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8) as the Trainer's data_collator" in trainer, trainer
+    script = fixes("")
+    assert "DataCollatorWithPadding" not in script and "pad or bucket if it takes many values" in script, script
+
+
+def test_a_training_loaders_last_batch_is_named_where_the_compiled_forwards_sizes_are_in_the_cache_key_only(record_run):
+    """Lightning's fit() in plain torch (tests/scripts/sanity_check_then_last_batch.py): the sanity
+    check made the forward's batch dimension dynamic, so the training loader's last batch of 4
+    recompiles only the backward, and the compiled forward's backward node holds its sizes in the
+    cache key only (one value seen). Those sizes neither show nor contradict the batch that got
+    smaller: the cause is the last batch, with drop_last, as a plain loop's is."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "sanity_check_then_last_batch.py"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    _, table, explanation = _explained(run.path)
+    root = next(c for c in explanation.causes if c.caused_by is None and c.code == "changed_shapes")
+    assert root.steps == [6, 7]
+    words = cause_words(root, table.cwd)
+    why = " ".join(words.why)
+    assert "torch holds them in its cache key only" in why, why
+    assert "Every size that changed got smaller, once" in why and "The size came back (4 -> 16 at step 7" in why, why
     assert words.fix[0].startswith("It is the last batch: drop it (DataLoader(..., drop_last=True)"), words.fix

@@ -94,7 +94,7 @@ def test_an_evaluation_under_no_grad_is_a_grad_mode_change_not_a_size(record_run
     # The size fixes answer the size cause only.
     assert {f.name: f.causes for f in fixes_for(explanation)}["dynamic-sources"] == (size.number,)
     line = cagtool_in_process("summary", str(record_run("eval_no_grad.py").path)).stdout.splitlines()[0]
-    assert "from 2 causes (--explain's #1 and #3 of 3): a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 16->8 at step 2" in line
+    assert "from 2 causes (#1 and #3 in --explain; #2 follows from them): a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 16->8 at step 2" in line
     # the evaluation after the epoch's steps 0-2: stamped 3, before step 3's backward
     assert (f"and the grad mode changed (a call under torch.no_grad(), as in an evaluation) between steps 2 and 3 "
             f"(the compiled call at eval_no_grad.py:{_evaluation_line()})") in line

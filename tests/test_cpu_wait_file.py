@@ -61,10 +61,10 @@ def test_a_file_nested_deeper_than_the_decoder_goes_is_no_reading():
 
 
 def test_the_others_cpu_is_read_where_the_file_names_it_after_the_stall():
-    five = [(1234.5, 0.1, 0.0, 0.0, 0.0), (1235.0, 0.6, 0.25, 0.4, 0.3)]
-    text = cpu_wait_text(0.5, five)
-    assert json.loads(text)["columns"] == ["t", "run_s", "wait_s", "stall_s", "others_s"]
-    assert read_cpu_wait(text.encode()) == ([[1234.5, 0.1, 0.0, 0.0, 0.0], [1235.0, 0.6, 0.25, 0.4, 0.3]], 0.5)
-    # a fifth value the columns do not name is no reading of the others
-    unnamed = json.dumps({"format": CPU_WAIT_FORMAT, "columns": ["t", "run_s", "wait_s", "stall_s"], "samples": [[1, 2, 3, 4, 5]]})
+    six = [(1234.5, 0.1, 0.0, 0.0, 0.0, 0.0), (1235.0, 0.6, 0.25, 0.4, 0.3, 0.5)]
+    text = cpu_wait_text(0.5, six)
+    assert json.loads(text)["columns"] == ["t", "run_s", "wait_s", "stall_s", "others_s", "others_span_s"]
+    assert read_cpu_wait(text.encode()) == ([[1234.5, 0.1, 0.0, 0.0, 0.0, 0.0], [1235.0, 0.6, 0.25, 0.4, 0.3, 0.5]], 0.5)
+    # values the columns do not name are no reading of the others
+    unnamed = json.dumps({"format": CPU_WAIT_FORMAT, "columns": ["t", "run_s", "wait_s", "stall_s"], "samples": [[1, 2, 3, 4, 5, 6]]})
     assert read_cpu_wait(unnamed.encode()) == ([[1.0, 2.0, 3.0, 4.0]], 0.5)

@@ -1,9 +1,10 @@
 """cpu_wait.json, beside a mode's manifest: how long the mode's process tree ran and waited for a
 CPU, sampled by cagtool's own process (capture/processes/cpu_wait.py) on the machine's monotonic
 clock, read by the figures (report/figures/metrics.py). Each sample is [t, run_s, wait_s, stall_s,
-others_s]: perf_counter seconds, the tree's cumulative run, wait and stall seconds at that time,
-and the CPU seconds everything else ran on the job's CPUs (files written before the stall or the
-others were kept have the first three or four columns)."""
+others_s, others_span_s]: perf_counter seconds, the tree's cumulative run, wait and stall seconds
+at that time, the CPU seconds everything else ran on the job's CPUs, and the seconds of time those
+were read over (files written before the stall or the others were kept have the first three or
+four columns)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def cpu_wait_text(sample_s: float, samples: list[tuple[float, ...]]) -> str:
 
     from cagtool.record.schema import MAX_JSON_FILE_BYTES
 
-    rows = [[round(sample[0], 4), *(round(x, 6) for x in sample[1:5])] for sample in samples]
+    rows = [[round(sample[0], 4), *(round(x, 6) for x in sample[1:6])] for sample in samples]
     every = 1
     if len(rows) > 4096:  # the thinning judged from the last rows (the longest numbers), so the long text is made once
         # In the document a row is 2 spaces further in than in a list of its own, on each of its 5 lines.
@@ -46,7 +47,7 @@ def cpu_wait_text(sample_s: float, samples: list[tuple[float, ...]]) -> str:
         kept = rows[::every]
         if kept[-1:] != rows[-1:]:
             kept.append(rows[-1])
-        columns = ["t", "run_s", "wait_s", "stall_s", "others_s"][: len(rows[0])]
+        columns = ["t", "run_s", "wait_s", "stall_s", "others_s", "others_span_s"][: len(rows[0])]
         text = json.dumps(msgspec.to_builtins(CpuWaitFile(sample_s=sample_s * every, columns=columns, samples=kept)), indent=2) + "\n"
         if len(text) <= MAX_JSON_FILE_BYTES or len(kept) <= 2:
             return text
@@ -55,13 +56,13 @@ def cpu_wait_text(sample_s: float, samples: list[tuple[float, ...]]) -> str:
 
 def read_cpu_wait(data: bytes) -> tuple[list[list[float]], float] | None:
     """(samples as [t, run_s, wait_s] or, where the file has the stall, [t, run_s, wait_s,
-    stall_s], and the others' CPU where it has them too, [..., others_s], seconds between samples), or None for a file that is not one: the readings are a
+    stall_s], and the others' CPU where it has them too, [..., others_s, others_span_s], seconds between samples), or None for a file that is not one: the readings are a
     note on the figures, never a reason to refuse a record."""
     try:
         document = msgspec.json.decode(data, type=CpuWaitFile)
     except (msgspec.DecodeError, RecursionError):  # ValidationError included; RecursionError: nested deeper than msgspec goes
         return None
     width = 4 if document.columns[3:4] == ["stall_s"] and all(len(sample) >= 4 for sample in document.samples) else 3
-    if width == 4 and document.columns[4:5] == ["others_s"] and all(len(sample) >= 5 for sample in document.samples):
-        width = 5
+    if width == 4 and document.columns[4:6] == ["others_s", "others_span_s"] and all(len(sample) >= 6 for sample in document.samples):
+        width = 6
     return [sample[:width] for sample in document.samples], document.sample_s or DEFAULT_SAMPLE_S

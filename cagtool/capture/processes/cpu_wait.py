@@ -24,7 +24,10 @@ is the whole interval. The cap keeps the job's own threads out of it: threads th
 CPUs wait for each other on an idle machine too, and then the tree leaves nothing to others.
 
 A fourth, **others**: the CPU time everything outside the tree ran on the CPUs the job may use
-(the kernel's per-CPU busy time in /proc/stat, less what the tree ran), cumulative as the rest. A
+(the kernel's per-CPU busy time in /proc/stat, less what the tree ran), cumulative as the rest,
+with a fifth, the span of time it was read over. An interval in which a thread of the tree ended is
+left out of both: the thread's counters went with it, so what it ran there would read as others'
+(a mode's last interval, as its process exits, read 0.5-2 cores of "others" on an idle machine). A
 wait with nothing else running is the job's own doing (its threads and processes outnumber the
 CPUs), which no quieter runner changes; the figures tell it from the machine's load by this.
 """
@@ -111,7 +114,8 @@ class CpuWaitSampler:
         self.root = root
         self.clock = clock
         self.sample_s = sample_s
-        # (clock s, cumulative run s, cumulative wait s, cumulative stall s, cumulative others s)
+        # (clock s, cumulative run s, cumulative wait s, cumulative stall s, cumulative others s,
+        # cumulative span the others were read over s)
         self.samples: list[tuple[float, ...]] = []
         self._last: dict[tuple[int, int], tuple[int, int]] = {}
         self._pids: list[int] = [root]
@@ -122,6 +126,7 @@ class CpuWaitSampler:
         self._cpu_set = _affinity(root)
         self._busy: int | None = None
         self._others_ns = 0
+        self._others_span_ns = 0
         self._others_read = True  # every sample read /proc/stat: the column is kept
         self._ticks = 0
         self._stop = threading.Event()
@@ -145,6 +150,7 @@ class CpuWaitSampler:
             self._wait_ns += waited
             longest_wait = max(longest_wait, waited)
         self._run_ns += ran
+        ended = bool(self._last.keys() - now.keys())  # a thread of the tree ended since the last sample
         self._last = now
         busy = _busy_ns(self._cpu_set)
         clock = self.clock()
@@ -153,12 +159,14 @@ class CpuWaitSampler:
             self._stall_ns += int(min(longest_wait, max(left_to_others, 0.0)))
         if busy is None:
             self._others_read = False
-        elif self._busy is not None:
+        elif self._busy is not None and self.samples and not ended:
             # What the CPUs ran less what the tree ran: the tree's counters are exact, the kernel's
             # busy time counts in ticks, so a sample may read below 0; the sum keeps the ticks' total.
             self._others_ns += busy - self._busy - ran
+            self._others_span_ns += int((clock - self.samples[-1][0]) * 1e9)
         self._busy = busy
-        self.samples.append((clock, self._run_ns / 1e9, self._wait_ns / 1e9, self._stall_ns / 1e9, max(self._others_ns, 0) / 1e9))
+        self.samples.append((clock, self._run_ns / 1e9, self._wait_ns / 1e9, self._stall_ns / 1e9, max(self._others_ns, 0) / 1e9,
+                             self._others_span_ns / 1e9))
 
     def _loop(self) -> None:
         try:

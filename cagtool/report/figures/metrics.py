@@ -1564,7 +1564,9 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
     if last[0] - first[0] <= 0:
         return None
     stall = max(last[2] - first[2], 0.0) if len(first) > 2 else None
-    others = max(last[3] - first[3], 0.0) / (end - start) if len(first) > 3 else None
+    # What else ran, over the part of the window it was read in (none where a thread of the tree ended).
+    span = last[4] - first[4] if len(first) > 4 else 0.0
+    others = max(last[3] - first[3], 0.0) / span if span > 0.25 * (end - start) else None
     return CpuWait(wait_s=max(last[1] - first[1], 0.0), run_s=last[0] - first[0], window_s=end - start, stall_s=stall,
                    median_slowdown=median_slowdown([record]), median_runnable=median_runnable([record]),
                    median_parallel=median_parallel([record]), others_cores=others)

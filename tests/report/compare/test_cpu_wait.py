@@ -84,14 +84,37 @@ def test_what_else_ran_on_the_jobs_cpu_is_read_beside_its_wait():
             time.sleep(0.05)
         sampler.sample()
         first, last = sampler.samples[0], sampler.samples[-1]
-        assert len(last) == 5 and all(b[4] >= a[4] - 0.05 for a, b in zip(sampler.samples, sampler.samples[1:]))
-        window = last[0] - first[0]
+        assert len(last) == 6 and all(b[4] >= a[4] - 0.05 for a, b in zip(sampler.samples, sampler.samples[1:]))
+        span = last[5] - first[5]
+        assert span == pytest.approx(last[0] - first[0], rel=1e-3)  # no thread of the job ended: every interval read
         ran, others = last[1] - first[1], last[4] - first[4]
         # The CPU shared fairly with the spinner: it ran about as long as the job (more where the machine is busier).
-        assert others > 0.5 * ran, (ran, others, window)
-        assert ran + others <= window * 1.0 + 0.05, (ran, others, window)  # one CPU; /proc/stat counts in ticks
+        assert others > 0.5 * ran, (ran, others, span)
+        assert ran + others <= span * 1.0 + 0.05, (ran, others, span)  # one CPU; /proc/stat counts in ticks
     finally:
         _kill_tree(watched, [burner])
+
+
+@needs_schedstat
+def test_an_interval_in_which_a_thread_of_the_job_ended_is_not_read_for_the_others():
+    """A thread that ends takes its counters with it: what it ran since the last sample would read
+    as what else ran on the CPUs. Such an interval is left out of the others' span."""
+    watched = subprocess.Popen([sys.executable, "-c", "import threading, time\nt = threading.Thread(target=time.sleep, args=(0.3,))\n"
+                                "t.start(); t.join()\ntime.sleep(30)\n"])
+    sampler = CpuWaitSampler(watched.pid)
+    try:
+        while len(sampler._last) < 2:  # until the thread is seen
+            sampler.sample()
+            time.sleep(0.02)
+        while len(sampler._last) > 1:  # until it has ended
+            time.sleep(0.1)
+            sampler.sample()
+        time.sleep(0.1)
+        sampler.sample()
+        first, last = sampler.samples[0], sampler.samples[-1]
+        assert 0 < last[5] - first[5] < last[0] - first[0] - 0.05, (first, last)
+    finally:
+        _kill_tree(watched, [])
 
 
 @needs_schedstat
@@ -125,8 +148,8 @@ def test_a_thread_held_back_while_its_sibling_runs_is_a_stall_the_summed_wait_ha
             time.sleep(0.1)
             sampler.sample()
         end = sampler.samples[-1]
-        elapsed, ran, waited, stalled, _ = (b - a for a, b in zip(start, end))
-        assert len(start) == 5 and stalled > 0.5 * elapsed, (elapsed, ran, waited, stalled)
+        elapsed, ran, waited, stalled, _, _ = (b - a for a, b in zip(start, end))
+        assert len(start) == 6 and stalled > 0.5 * elapsed, (elapsed, ran, waited, stalled)
         assert stalled / elapsed > waited / (ran + waited), (elapsed, ran, waited, stalled)
     finally:
         _kill_tree(watched, burners)
@@ -407,9 +430,9 @@ def test_waits_with_nothing_else_running_are_the_jobs_own_in_compare(tmp_path):
         path = tmp_path / f"others{others_per_s}"
         path.mkdir()
         # runnable all the time, waiting half of it: run 0.5 s and wait 0.5 s a second
-        samples = [[-1e-3 + i * 0.25, i * 0.125, i * 0.125, 0.0, i * 0.25 * others_per_s] for i in range(12)]
-        (path / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 0.25,
-                                                      "columns": ["t", "run_s", "wait_s", "stall_s", "others_s"], "samples": samples}))
+        samples = [[-1e-3 + i * 0.25, i * 0.125, i * 0.125, 0.0, i * 0.25 * others_per_s, i * 0.25] for i in range(12)]
+        (path / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 0.25, "samples": samples,
+                                                      "columns": ["t", "run_s", "wait_s", "stall_s", "others_s", "others_span_s"]}))
         found = cpu_wait(ModeRecord(path=path, manifest=msgspec.structs.replace(manifest, clock_t0=0.0), events=events))
         assert found is not None
         return found

@@ -655,8 +655,13 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
                       f"the time (their summed wait {wait.summed_fraction:.0%} of their runnable time)"
                       if wait.stall_fraction > wait.summed_fraction + 0.02 else
                       f"its threads waited for a CPU {wait.fraction:.0%} of their runnable time")
-            console.print(f"  machine load: {waited} in those steps{median} "
-                          f"(on a CPU-bound step, {wait.slowdown:.2f}x the median step's time on an idle machine)")
+            if wait.own_waits:  # nothing else ran on its CPUs: its own threads and processes competed
+                console.print(f"  own CPU contention: {waited} in those steps{median}, with nothing else running on its CPUs "
+                              f"({wait.others_cores:.2f} cores on average): its own threads and processes outnumbered them, not the "
+                              f"machine's load (on a CPU-bound step, {wait.slowdown:.2f}x the median step's time with the CPUs to itself)")
+            else:
+                console.print(f"  machine load: {waited} in those steps{median} "
+                              f"(on a CPU-bound step, {wait.slowdown:.2f}x the median step's time on an idle machine)")
     elif m.steps:
         console.print(f"  step time: too few steps unaffected by compilation to measure (steps: {m.steps})")
     if st and st.first_step_s is not None:

@@ -291,6 +291,19 @@ def test_a_recording_keeps_each_modes_cpu_wait_and_compare_names_a_load_differen
     assert code == 0, err
     assert ("machine load: one of its threads waited for a CPU while the others ran, holding its steps up 70% of the time (their "
             "summed wait 30% of their runnable time) in those steps") in out
+    # The same readings with nothing else on the job's CPUs (others 0 over the whole span): the
+    # waits are its own threads', not the machine's load, in summary and in compare's load factor.
+    own = [row + [0.0, row[0] - samples[0][0]] for row in samples]
+    (copy / "ca" / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 1e-6, "samples": own,
+                                                         "columns": ["t", "run_s", "wait_s", "stall_s", "others_s", "others_span_s"]}))
+    assert cpu_wait(load_run(copy).modes["ca"]).own_waits
+    code, out, err = cli_in_process("summary", str(copy), env={"COLUMNS": "250"})
+    assert code == 0, err
+    assert ("own CPU contention: one of its threads waited for a CPU while the others ran, holding its steps up 70% of the time (their "
+            "summed wait 30% of their runnable time) in those steps, with nothing else running on its CPUs (0.00 cores on average)") in out
+    by_label = {f"{s.mode}/{s.baseline}": s for s in compare_modes(load_run(copy)).speedups}
+    assert "ca waited for a CPU with nothing else running on the job's CPUs" in by_label["ca/eager"].note
+    assert by_label["ca/eager"].load_factor == pytest.approx(1.0)
 
 
 def _bursty_record(path, quiet_steps: int, burst_steps: int, base_manifest):

@@ -25,10 +25,14 @@ CPUs wait for each other on an idle machine too, and then the tree leaves nothin
 
 A fourth, **others**: the CPU time everything outside the tree ran on the CPUs the job may use
 (the kernel's per-CPU busy time in /proc/stat, less what the tree ran), cumulative as the rest,
-with a fifth, the span of time it was read over. An interval in which a thread of the tree ended is
-left out of both: the thread's counters went with it, so what it ran there would read as others'
-(a mode's last interval, as its process exits, read 0.5-2 cores of "others" on an idle machine). A
-wait with nothing else running is the job's own doing (its threads and processes outnumber the
+with a fifth, the span of time it was read over. What the tree ran is read here from each of its
+processes' /proc/PID/stat (user and system time, its ended threads' included, and its reaped
+children's, `cutime`/`cstime`, in the same ticks as /proc/stat): a DataLoader worker that ends each
+epoch, or a child too short-lived for the tree's rescan, is counted in the process that waited
+for it, never as others' (per-thread counters lose an ended thread's last run, and never see such
+a child: an idle machine read 0.05-2 cores of "others" from them). An interval in which the tree's
+total went down (the root ended, or a process of it was reaped outside it) is left out of both.
+A wait with nothing else running is the job's own doing (its threads and processes outnumber the
 CPUs), which no quieter runner changes; the figures tell it from the machine's load by this.
 """
 
@@ -94,6 +98,20 @@ def _busy_ns(cpus: set[int] | None) -> int | None:
         return None
 
 
+def _tree_cpu_ns(pids: list[int]) -> int:
+    """The CPU time the processes ran, their ended threads and their reaped children included, in
+    ns (ticks: /proc/PID/stat's utime, stime, cutime, cstime); a process gone counts 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # fields 14-17 of the line, counted after the command
+        except (OSError, ValueError, IndexError):
+            continue
+    return total * 1_000_000_000 // _TICK_HZ
+
+
 def _affinity(pid: int) -> set[int] | None:
     try:
         return set(os.sched_getaffinity(pid))
@@ -125,6 +143,7 @@ class CpuWaitSampler:
         self._cpus = _cpus_of(root)
         self._cpu_set = _affinity(root)
         self._busy: int | None = None
+        self._tree_cpu: int | None = None
         self._others_ns = 0
         self._others_span_ns = 0
         self._others_read = True  # every sample read /proc/stat: the column is kept
@@ -150,21 +169,21 @@ class CpuWaitSampler:
             self._wait_ns += waited
             longest_wait = max(longest_wait, waited)
         self._run_ns += ran
-        ended = bool(self._last.keys() - now.keys())  # a thread of the tree ended since the last sample
         self._last = now
         busy = _busy_ns(self._cpu_set)
+        tree_cpu = _tree_cpu_ns(self._pids)
         clock = self.clock()
         if self.samples:  # the stall of the interval since the last sample (the module's docstring)
             left_to_others = self._cpus * (clock - self.samples[-1][0]) * 1e9 - ran
             self._stall_ns += int(min(longest_wait, max(left_to_others, 0.0)))
         if busy is None:
             self._others_read = False
-        elif self._busy is not None and self.samples and not ended:
-            # What the CPUs ran less what the tree ran: the tree's counters are exact, the kernel's
-            # busy time counts in ticks, so a sample may read below 0; the sum keeps the ticks' total.
-            self._others_ns += busy - self._busy - ran
+        elif self._busy is not None and self._tree_cpu is not None and tree_cpu >= self._tree_cpu and self.samples:
+            # What the CPUs ran less what the tree ran, both in ticks: a sample may read below 0 by a
+            # tick or two; the sum keeps the total.
+            self._others_ns += busy - self._busy - (tree_cpu - self._tree_cpu)
             self._others_span_ns += int((clock - self.samples[-1][0]) * 1e9)
-        self._busy = busy
+        self._busy, self._tree_cpu = busy, tree_cpu
         self.samples.append((clock, self._run_ns / 1e9, self._wait_ns / 1e9, self._stall_ns / 1e9, max(self._others_ns, 0) / 1e9,
                              self._others_span_ns / 1e9))
 

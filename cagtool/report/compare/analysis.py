@@ -60,6 +60,7 @@ from cagtool.report.figures.intervals import (
 )
 from cagtool.report.figures.metrics import (
     MACHINE_NEGLIGIBLE,
+    OWN_WAITS_SAID,
     PARALLEL_STEP,
     CpuWait,
     ModeMetrics,
@@ -342,7 +343,7 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     heavy = tuple(heavy_load_bound(wait.runnable_fraction, "cpu" if on_cpu else "wall", wait.runnable, wait.median_parallel)
                   if wait is not None and wait.runnable_fraction >= HEAVY_WAIT else None for wait in waits)
     own = [label for label, column in ((mode_label, mode), (baseline_label, baseline))
-           if column.cpu_wait is not None and column.cpu_wait.own_waits and column.cpu_wait.step_fraction >= 0.02]
+           if column.cpu_wait is not None and column.cpu_wait.own_waits and column.cpu_wait.step_fraction >= OWN_WAITS_SAID]
     if own:
         words = (f"{' and '.join(own)} waited for a CPU with nothing else running on the job's CPUs: the job's own threads and "
                  "processes outnumbered them, not the machine's load, so the times stand as measured")

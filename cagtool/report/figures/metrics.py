@@ -1368,6 +1368,8 @@ def load_range(factor: float, measure: str = "wall") -> tuple[float, float]:
 # steady steps), a wait for a CPU is the job's own: its threads and processes outnumbered the CPUs.
 # At 0.05 cores, the machine's other work could have delayed a one-thread step by ~5% at most.
 OWN_WAITS_OTHERS = 0.05
+# A side's own waits are said (and taken out of the load) from this share of its runnable time.
+OWN_WAITS_SAID = 0.02
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from cagtool.report.figures.intervals import (
     ratio_interval,
     timing_sample,
 )
-from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, OWN_WAITS_OTHERS, PARALLEL_STEP, heavy_load_bound, load_range
+from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, OWN_WAITS_OTHERS, OWN_WAITS_SAID, PARALLEL_STEP, heavy_load_bound, load_range
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
@@ -688,7 +688,8 @@ def _own_waits(snap: StepTimeSnapshot | _Waited | None) -> bool:
     """Whether a side's steps waited for a CPU with nothing else running on its CPUs
     (report.figures.metrics.OWN_WAITS_OTHERS): its own threads and processes competed."""
     others = getattr(snap, "others_cores", None)
-    return snap is not None and others is not None and others < OWN_WAITS_OTHERS and bool(snap.cpu_wait)
+    return (snap is not None and others is not None and others < OWN_WAITS_OTHERS
+            and snap.runnable_wait is not None and snap.runnable_wait >= OWN_WAITS_SAID)
 
 
 def _own_waits_words(check: str, side: str, snap: Any) -> str:

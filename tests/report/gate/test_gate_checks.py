@@ -792,6 +792,10 @@ def test_waits_with_nothing_else_on_the_cpus_are_the_jobs_own_not_the_machines_l
                in n for n in own.notes), own.notes
     beside = check.evaluate({"ca": replace(slower, step_time=replace(slower.step_time, others_cores=0.9))}, base)
     assert beside.outcome is Outcome.INCONCLUSIVE and beside.data["load_decided"] == "above", beside.message
+    # a baseline that barely waited (0.1%) with nothing else running is not said to have competed with itself
+    quiet = {"ca": replace(base["ca"], step_time=replace(_waiting(base["ca"], 0.001).step_time, others_cores=0.0))}
+    said = check.evaluate({"ca": replace(slower, step_time=replace(slower.step_time, others_cores=0.01))}, quiet)
+    assert not any("the baseline's steps waited" in n for n in said.notes), said.notes
 
 
 def test_a_cpu_bound_jobs_own_waits_fail_the_mean_on_its_wall_time():

@@ -56,7 +56,8 @@ def cpu_wait_text(sample_s: float, samples: list[tuple[float, ...]]) -> str:
 
 def read_cpu_wait(data: bytes) -> tuple[list[list[float]], float] | None:
     """(samples as [t, run_s, wait_s] or, where the file has the stall, [t, run_s, wait_s,
-    stall_s], and the others' CPU where it has them too, [..., others_s, others_span_s], seconds between samples), or None for a file that is not one: the readings are a
+    stall_s], and the others' CPU where it has them too, [..., others_s, others_span_s], seconds
+    between samples), or None for a file that is not one: the readings are a
     note on the figures, never a reason to refuse a record."""
     try:
         document = msgspec.json.decode(data, type=CpuWaitFile)

@@ -70,14 +70,6 @@ def _task_counters(pid: int) -> dict[tuple[int, int], tuple[int, int]]:
     return found
 
 
-def _cpus_of(pid: int) -> int:
-    """The CPUs the process may run on (its affinity), else the machine's."""
-    try:
-        return max(len(os.sched_getaffinity(pid)), 1)
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _busy_ns(cpus: set[int] | None) -> int | None:
     """The kernel's busy time of `cpus` (all where None) since boot, from /proc/stat (every state
     but idle and iowait; guest time is in user already), in ns; None where not readable."""
@@ -113,6 +105,7 @@ def _tree_cpu_ns(pids: list[int]) -> int:
 
 
 def _affinity(pid: int) -> set[int] | None:
+    """The CPUs the process may run on; None where not known (then the machine's)."""
     try:
         return set(os.sched_getaffinity(pid))
     except (AttributeError, OSError):
@@ -140,8 +133,8 @@ class CpuWaitSampler:
         self._run_ns = 0
         self._wait_ns = 0
         self._stall_ns = 0
-        self._cpus = _cpus_of(root)
         self._cpu_set = _affinity(root)
+        self._cpus = max(len(self._cpu_set), 1) if self._cpu_set is not None else os.cpu_count() or 1
         self._busy: int | None = None
         self._tree_cpu: int | None = None
         self._others_ns = 0

@@ -1372,6 +1372,13 @@ OWN_WAITS_OTHERS = 0.05
 OWN_WAITS_SAID = 0.02
 
 
+def waits_own(others_cores: float | None) -> bool:
+    """Whether waits read beside `others_cores` (CpuWait.others_cores) were the job's own doing:
+    nothing else ran on its CPUs (less than OWN_WAITS_OTHERS cores), so its threads waited for each
+    other, which no quieter runner changes. False where not known."""
+    return others_cores is not None and others_cores < OWN_WAITS_OTHERS
+
+
 @dataclass(frozen=True)
 class CpuWait:
     """How long the mode's processes waited for a CPU during its steady steps: the machine's other
@@ -1404,10 +1411,8 @@ class CpuWait:
 
     @property
     def own_waits(self) -> bool:
-        """Whether the waits are the job's own doing: nothing else ran on its CPUs (less than
-        OWN_WAITS_OTHERS cores), so its threads waited for each other, which no quieter runner
-        changes. False where not known."""
-        return self.others_cores is not None and self.others_cores < OWN_WAITS_OTHERS
+        """Whether the waits are the job's own doing (waits_own)."""
+        return waits_own(self.others_cores)
 
     def machines(self) -> CpuWait:
         """The waits the machine's load made: none where they were the job's own (`own_waits`)."""
@@ -1566,7 +1571,7 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
     if last[0] - first[0] <= 0:
         return None
     stall = max(last[2] - first[2], 0.0) if len(first) > 2 else None
-    # What else ran, over the part of the window it was read in (none where a thread of the tree ended).
+    # What else ran, over the part of the window it was read in (not where the tree's total went down).
     span = last[4] - first[4] if len(first) > 4 else 0.0
     others = max(last[3] - first[3], 0.0) / span if span > 0.25 * (end - start) else None
     return CpuWait(wait_s=max(last[1] - first[1], 0.0), run_s=last[0] - first[0], window_s=end - start, stall_s=stall,

@@ -37,7 +37,7 @@ from cagtool.report.figures.intervals import (
     ratio_interval,
     timing_sample,
 )
-from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, OWN_WAITS_OTHERS, OWN_WAITS_SAID, PARALLEL_STEP, heavy_load_bound, load_range
+from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, OWN_WAITS_SAID, PARALLEL_STEP, heavy_load_bound, load_range, waits_own
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
@@ -527,10 +527,8 @@ class MinSpeedupCheck:
                 **_interval_data(interval, (t.denominator, t.numerator))}
         warnings: list[str] = _outlier_warnings(f"{self.name} ({pair})", interval, "median step time")
         num, den = numerator.step_time, denominator.step_time
-        # Waits with nothing else on the job's CPUs are its own (_own_waits): not the machine's load.
-        notes += [_own_waits_words(f"{self.name} ({pair})", label, snap) for label, snap in ((t.numerator, num), (t.denominator, den))
-                  if _own_waits(snap)]
-        num, den = (replace(snap, cpu_wait=0.0) if _own_waits(snap) else snap for snap in (num, den))  # type: ignore[type-var]
+        own_notes, (num, den) = _machines_waits(f"{self.name} ({pair})", [(t.numerator, num), (t.denominator, den)])
+        notes += own_notes
         load = _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator,
                             measure=interval.measure, shown=(_shown(den), _shown(num)))
         corrected: list[Outcome] = []
@@ -655,10 +653,7 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
     (_load_effect)."""
     ratio, low, high = interval
     allowed, improved = bounds
-    # A side whose steps waited with nothing else on its CPUs waited for its own threads: no load of
-    # the machine's to weigh (the verdict is the code's), and a note says so.
-    own_notes = [_own_waits_words(check, side, snap) for side, snap in (("this run", cur), ("the baseline", base)) if _own_waits(snap)]
-    cur, base = (replace(snap, cpu_wait=0.0) if _own_waits(snap) else snap for snap in (cur, base))  # type: ignore[type-var]
+    own_notes, (cur, base) = _machines_waits(check, [("this run", cur), ("the baseline", base)])
     load = _load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline", timed, where, measure,
                         shown=(_shown(cur), _shown(base)))
     corrected: list[Outcome] = []
@@ -685,17 +680,19 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
 
 
 def _own_waits(snap: StepTimeSnapshot | _Waited | None) -> bool:
-    """Whether a side's steps waited for a CPU with nothing else running on its CPUs
-    (report.figures.metrics.OWN_WAITS_OTHERS): its own threads and processes competed."""
-    others = getattr(snap, "others_cores", None)
-    return (snap is not None and others is not None and others < OWN_WAITS_OTHERS
+    """Whether a side's steps waited for a CPU (OWN_WAITS_SAID of their runnable time or more) with
+    nothing else running on its CPUs (metrics.waits_own): its own threads and processes competed."""
+    return (snap is not None and waits_own(getattr(snap, "others_cores", None))
             and snap.runnable_wait is not None and snap.runnable_wait >= OWN_WAITS_SAID)
 
 
-def _own_waits_words(check: str, side: str, snap: Any) -> str:
-    return (f"{check}: {side}'s steps waited for a CPU {snap.runnable_wait:.0%} of their runnable time while nothing else ran on "
-            f"its CPUs ({snap.others_cores:.2f} cores on average): the job's own threads and processes outnumbered them, which a "
-            "quieter runner does not change: judged as measured, not as the machine's load")
+def _machines_waits(check: str, sides: list[tuple[str, Any]]) -> tuple[list[str], list[Any]]:
+    """Each side's waits as the machine's load made them: none where they were its own threads'
+    (_own_waits), with a note for each such side; the sides in the order given."""
+    notes = [f"{check}: {side}'s steps waited for a CPU {snap.runnable_wait:.0%} of their runnable time while nothing else ran on "
+             f"its CPUs ({snap.others_cores:.2f} cores on average): the job's own threads and processes outnumbered them, which a "
+             "quieter runner does not change: judged as measured, not as the machine's load" for side, snap in sides if _own_waits(snap)]
+    return notes, [replace(snap, cpu_wait=0.0) if _own_waits(snap) else snap for _, snap in sides]
 
 
 

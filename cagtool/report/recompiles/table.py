@@ -630,16 +630,22 @@ def _wrapper_optimizer_steps(compile_events: list[DynamoCompileEvent], callers: 
 def _guard_tree(record: ModeRecord, event: CompileArtifactEvent, missing: list[str]) -> str | None:
     """The artifact's text; None, its path added to `missing`, when its file is gone. A guard tree
     is detail (a value, a module name, a grad mode): a report goes on without it. A file planted as a
-    link, led out of the run or too large is still refused (UnreadableInput), as every record file is."""
+    link, led out of the run or too large is still refused (UnreadableInput), as every record file is.
+    Read once per record: the table's readings (values, modules, grad modes, sizes) each ask for it."""
+    text, path = record.derived(f"guard tree {event.file}", lambda r: _read_guard_tree(r, event))
+    if text is None and path not in missing:
+        missing.append(path)
+    return text
+
+
+def _read_guard_tree(record: ModeRecord, event: CompileArtifactEvent) -> tuple[str | None, str]:
     try:
-        return record.artifact_text(event)
+        return record.artifact_text(event), ""
     except UnreadableInput:
         path = inside(record.path, event.file, f"compile artifact {event.artifact} of {event.compile_id}")  # re-raises a refusal
         if os.path.lexists(path):
             raise
-        if str(path) not in missing:
-            missing.append(str(path))
-        return None
+        return None, str(path)
 
 
 def _wrapper_modules(record: ModeRecord, callers: dict[str, list[tuple[str, SourceRef | None]]], missing: list[str]) -> dict[str, tuple[str, ...]]:

@@ -68,3 +68,16 @@ def test_the_others_cpu_is_read_where_the_file_names_it_after_the_stall():
     # values the columns do not name are no reading of the others
     unnamed = json.dumps({"format": CPU_WAIT_FORMAT, "columns": ["t", "run_s", "wait_s", "stall_s"], "samples": [[1, 2, 3, 4, 5, 6]]})
     assert read_cpu_wait(unnamed.encode()) == ([[1.0, 2.0, 3.0, 4.0]], 0.5)
+
+
+def test_forged_others_columns_are_no_reading_of_the_others():
+    """Others that step back, or a span that outgrows the clock, are not what a sampler writes: a
+    forged "nothing else ran" would make a loaded run's waits its own. The other columns still read."""
+    good = [[0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.5, 0.4, 0.1, 0.1, 0.2, 0.5], [1.0, 0.8, 0.2, 0.2, 0.19, 1.0]]  # a dip of a tick
+    columns = ["t", "run_s", "wait_s", "stall_s", "others_s", "others_span_s"]
+    assert len(read_cpu_wait(json.dumps({"columns": columns, "samples": good}).encode())[0][0]) == 6  # type: ignore[index]
+    for forged in ([[0.0, 0, 0, 0, 0.0, 0.0], [0.5, 0.4, 0.1, 0.1, -5.0, 0.5]],      # others below 0
+                   [[0.0, 0, 0, 0, 2.0, 0.0], [0.5, 0.4, 0.1, 0.1, 0.0, 0.5]],       # others stepping back 2 s in 0.5 s
+                   [[0.0, 0, 0, 0, 0.0, 0.0], [0.5, 0.4, 0.1, 0.1, 0.0, 1e9]]):      # a span the clock never had
+        samples, _ = read_cpu_wait(json.dumps({"columns": columns, "samples": forged}).encode())  # type: ignore[misc]
+        assert [len(s) for s in samples] == [4, 4], forged

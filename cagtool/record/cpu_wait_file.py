@@ -54,6 +54,24 @@ def cpu_wait_text(sample_s: float, samples: list[tuple[float, ...]]) -> str:
         every *= 2
 
 
+# How far the cumulative others may step back between two samples, beyond a core's worth of the
+# interval: the kernel's busy time counts in 10 ms ticks per CPU, some of which one interval can
+# read short (the sampler's sum keeps the total).
+_OTHERS_DIP_S = 0.05
+
+
+def _others_possible(samples: list[list[float]]) -> bool:
+    """Whether the others' columns are what a sampler writes: the span never going back nor growing
+    faster than the clock, the others never stepping back past a few ticks. A column that says
+    "nothing else ran" where a sampler could not have is no reading: it would make the job's waits
+    its own (report.figures.metrics.waits_own)."""
+    for before, after in zip(samples, samples[1:]):
+        span, elapsed = after[5] - before[5], after[0] - before[0]
+        if span < 0 or span > elapsed + 1e-3 or after[4] < before[4] - _OTHERS_DIP_S - elapsed or after[4] < 0:
+            return False
+    return bool(samples) and samples[0][4] >= 0 and samples[0][5] >= 0
+
+
 def read_cpu_wait(data: bytes) -> tuple[list[list[float]], float] | None:
     """(samples as [t, run_s, wait_s] or, where the file has the stall, [t, run_s, wait_s,
     stall_s], and the others' CPU where it has them too, [..., others_s, others_span_s], seconds
@@ -65,5 +83,5 @@ def read_cpu_wait(data: bytes) -> tuple[list[list[float]], float] | None:
         return None
     width = 4 if document.columns[3:4] == ["stall_s"] and all(len(sample) >= 4 for sample in document.samples) else 3
     if width == 4 and document.columns[4:6] == ["others_s", "others_span_s"] and all(len(sample) >= 6 for sample in document.samples):
-        width = 6
+        width = 6 if _others_possible(document.samples) else 4
     return [sample[:width] for sample in document.samples], document.sample_s or DEFAULT_SAMPLE_S

@@ -83,6 +83,44 @@ def test_capture_twice_records_runs_and_restores_torch(tmp_path, capsys):
     assert json.loads(proc.stdout)["ca_graphs"] == 2
 
 
+def test_the_recorder_keeps_no_loss_alive_while_an_optimizer_is_and_the_final_state_stands(tmp_path):
+    """A step's loss (and so its autograd graph) lives as long as the script keeps it, as under
+    python: the recorder holds the last one only weakly while an optimizer is alive (its parameters
+    are the final state's). With none (hand-written SGD in a function that has returned), the last
+    loss is held: the final state is read from its graph's leaves."""
+    import weakref
+
+    from cagtool.record.schema import FinalStateEvent
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    with cagtool.capture(backend="eager", output=tmp_path / "opt", reset=True) as cap:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            loss = model(torch.randn(4, 8)).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        last = weakref.ref(loss)
+        del loss
+        assert last() is None  # the script let it go: nothing of cagtool's holds it
+    final = cagtool.load(cap.path).mode("ca").of(FinalStateEvent)
+    assert [f.num_params for f in final] == [4]
+
+    def sgd_by_hand() -> None:
+        for _ in range(3):
+            loss = model(torch.randn(4, 8)).sum()
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.1 * p.grad
+                    p.grad = None
+
+    with cagtool.capture(backend="eager", output=tmp_path / "by-hand", reset=True) as cap:
+        sgd_by_hand()
+    final = cagtool.load(cap.path).mode("ca").of(FinalStateEvent)
+    assert [f.num_params for f in final] == [4] and final[0].param_norm > 0
+
+
 @pytest.mark.slow
 def test_a_compiled_optimizer_made_before_the_block_with_accumulation_counts_the_scripts_steps(tmp_path):
     """An optimizer made before the block, its step() compiled (no hook runs there), three backwards

@@ -124,6 +124,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     perf_counter, get_ident = time.perf_counter, threading.get_ident
     process_time, thread_time = time.process_time, time.thread_time
     append = tracker._raw.append
+    weak_loss = weakref.ref
     # [] until an optimizer's code is compiled, then [the watched parameters' version reader]
     # (tracker.watch_parameters), read where a call of the compiled function that steps it begins and
     # returns; `watch_backwards`: the same reader, only where such a compile was made in no call of a
@@ -249,7 +250,18 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                             loss = None
                     except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
                         loss = None
-                    tracker._last_loss = loss
+                    if loss is None or not known:
+                        tracker._last_loss = loss
+                    else:
+                        # An optimizer is alive: its parameters are the final state's, and the last
+                        # loss only a fallback (tracker.current_roots). A weak reference: holding the
+                        # loss would hold its step's autograd graph through the next forward, and free
+                        # it here a step later, cold (~8 us of this hook at ~4 ms steps,
+                        # benchmarks/README.md), where the script frees it warm as under python.
+                        try:
+                            tracker._last_loss = weak_loss(loss)
+                        except TypeError:  # a one-element object that takes no weak reference
+                            tracker._last_loss = loss
                     if not known and returned and digests is not None:
                         # No optimizer alive: this backward ends its step, digested here when due
                         # (grad_digest.py, "When"); usually one decrement and one comparison.

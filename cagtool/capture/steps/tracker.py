@@ -122,7 +122,9 @@ class StepTracker:
         self._solo: dict[int, BackwardCall] = {}
         self._raw: list[Any] = []  # the hooks' notes, not counted yet (the same list for the tracker's life)
         self._hook_due = 0.0  # perf_counter time from which a hook that can end a step drains and writes (drain)
-        self._last_loss: Any = None  # the last top-level backward's first output, when one element (final state)
+        # The last top-level backward's first output, when one element (final state), or a weak
+        # reference to it while an optimizer is alive (hooks.py): read through `_last_output`.
+        self._last_loss: Any = None
         self._optim_frames: set[str] = set()  # Dynamo frame ids of torch.optim's code (step_of_compile)
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # every optimizer seen (final state)
         # id(parameter) -> (a weak reference to it, its version counter when its optimizer was made): final_state.py
@@ -202,8 +204,15 @@ class StepTracker:
         call = self._own_call()
         outputs = call.outputs if call is not None else None
         if outputs is None:
-            outputs = () if self._last_loss is None else (self._last_loss,)
+            last = self._last_output()
+            outputs = () if last is None else (last,)
         return [getattr(output, "grad_fn", None) for output in outputs]
+
+    def _last_output(self) -> Any:
+        """The last top-level backward's one-element output: None when there was none, or when
+        only a weak reference was kept and the script has let it go."""
+        last = self._last_loss
+        return last() if isinstance(last, weakref.ReferenceType) else last
 
     @property
     def backward_calls(self) -> int:

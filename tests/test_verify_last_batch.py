@@ -9,7 +9,7 @@ import ast
 
 import pytest
 
-from cagtool.verify.last_batch import drop_last_patch
+from cagtool.verify.last_batch import drop_last_patch, fix_call
 
 
 def _patch(source: str):
@@ -63,6 +63,12 @@ def test_an_hf_trainers_arguments_are_named_as_where_drop_last_is_set_not_as_a_l
     assert patch.why_not == ("the TrainingArguments(...) at line 1 (HF Trainer builds its loader from them) sets "
                              "dataloader_drop_last from a value made at run time: set it to True there"), patch.why_not
     assert "loader at line" not in patch.why_not
+    # The fix not applied is named as the call it would edit (verify's line opens with it), not a DataLoader's.
+    assert fix_call(patch) == "TrainingArguments(..., dataloader_drop_last=True)"
+    assert "TrainingArguments(dataloader_drop_last=True)" in patch.title
+    loader = _patch("loader = DataLoader(data, batch_size=8, drop_last=bool(os.environ.get('DROP')))\n")
+    assert not loader.applicable and fix_call(loader) == "DataLoader(..., drop_last=True)"
+    assert fix_call(_patch("for i in range(0, n, 32):\n    step(x[i:i + 32])\n")) == "DataLoader(..., drop_last=True)"
 
 
 def test_a_dict_of_known_keys_spread_into_the_loader_is_read_as_pytorch_examples_build_it():

@@ -170,7 +170,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     from cagtool.errors import UsageError
     from cagtool.record.seal import check_job, sealed_bytes
     from cagtool.verify.fixes import fixes_for, patch_fix, unanswered_causes
-    from cagtool.verify.last_batch import drop_last_patch
+    from cagtool.verify.last_batch import drop_last_patch, fix_call
     from cagtool.verify.patches import patch_for
     from cagtool.verify.verification import estimate_seconds, rerun_key, verify
 
@@ -231,7 +231,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     if dropped is not None and not dropped.applicable:
         # Said beside the cause even where a run setting answers it: the explanation's first advice.
         not_applied += [{"cause": n, "code": next(c.code for c in explanation.causes if c.number == n), "who": "your code",
-                         "why": f"DataLoader(..., drop_last=True), the explanation's fix for the last batch, not applied: {dropped.why_not}",
+                         "why": f"{fix_call(dropped)}, the explanation's fix for the last batch, not applied: {dropped.why_not}",
                          "patch": None, "nothing_to_change": False} for n in dropped.causes]
     if not fixes:
         # Nothing re-runs without a fix: no baseline is announced that never runs.

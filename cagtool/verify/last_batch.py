@@ -29,6 +29,15 @@ NAME = "drop-last"
 TITLE = "drop each epoch's smaller last batch (drop_last=True)"
 
 _LOADERS = {"DataLoader": "drop_last", "TrainingArguments": "dataloader_drop_last"}
+# The fix as the call it edits: HF Trainer's loader is set through its TrainingArguments.
+_FIX_CALLS = {"DataLoader": "DataLoader(..., drop_last=True)", "TrainingArguments": "TrainingArguments(..., dataloader_drop_last=True)"}
+_TITLES = {"DataLoader": TITLE, "TrainingArguments": "drop each epoch's smaller last batch (TrainingArguments(dataloader_drop_last=True))"}
+
+
+def fix_call(patch: Patch) -> str:
+    """The call the patch edits, as the fix reads: `TrainingArguments(..., dataloader_drop_last=True)`
+    where it found an HF Trainer's arguments, else the DataLoader's (the explanation's words)."""
+    return _FIX_CALLS[next((call for call, title in _TITLES.items() if title == patch.title), "DataLoader")]
 
 
 def _callee(call: ast.Call) -> str | None:
@@ -67,13 +76,13 @@ def _is_true(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
 
-def _training_loader(tree: ast.AST) -> ast.Call | str:
-    """The training loader's call, or why none is edited."""
+def _training_loader(tree: ast.AST) -> tuple[ast.Call | None, str | None]:
+    """The training loader's call (None where none is singled out), and why it is not edited (None: it is)."""
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _callee(node) is not None]
     loaders = [c for c in calls if _callee(c) == "DataLoader"] or [c for c in calls if _callee(c) == "TrainingArguments"]
     if not loaders:
-        return ("no DataLoader(...) or TrainingArguments(...) call in the script: the batches are made elsewhere (a library, "
-                "or sliced by hand): drop or pad the last batch there")
+        return None, ("no DataLoader(...) or TrainingArguments(...) call in the script: the batches are made elsewhere (a library, "
+                      "or sliced by hand): drop or pad the last batch there")
     names = _assigned_names(tree)
     candidates = loaders
     if len(candidates) > 1:
@@ -82,19 +91,19 @@ def _training_loader(tree: ast.AST) -> ast.Call | str:
         candidates = named if len(named) == 1 else shuffled if len(shuffled) == 1 else candidates
     if len(candidates) > 1:
         lines = ", ".join(str(c.lineno) for c in candidates)
-        return (f"the script makes {len(candidates)} loaders (lines {lines}) and none is named for training or alone shuffled: "
-                f"add {_LOADERS[_callee(candidates[0]) or 'DataLoader']}=True to the training one's")
+        return None, (f"the script makes {len(candidates)} loaders (lines {lines}) and none is named for training or alone shuffled: "
+                      f"add {_LOADERS[_callee(candidates[0]) or 'DataLoader']}=True to the training one's")
     call = candidates[0]
     key = _LOADERS[_callee(call) or "DataLoader"]
     spread = [k.value for k in call.keywords if k.arg is None]
     if any(not (isinstance(v, ast.Name) and _dict_without(tree, v.id, key)) for v in spread):
-        return f"{_where(call)} passes **kwargs, which may set {key}: add {key}=True there"
+        return call, f"{_where(call)} passes **kwargs, which may set {key}: add {key}=True there"
     given = _keyword(call, key)
     if given is not None and _is_true(given.value):
-        return f"{_where(call)} already drops its last batch ({key}=True): the smaller batch is made elsewhere"
+        return call, f"{_where(call)} already drops its last batch ({key}=True): the smaller batch is made elsewhere"
     if given is not None and not (isinstance(given.value, ast.Constant) and given.value.value in (False, None)):
-        return f"{_where(call)} sets {key} from a value made at run time: set it to True there"
-    return call
+        return call, f"{_where(call)} sets {key} from a value made at run time: set it to True there"
+    return call, None
 
 
 def _literal_without(node: ast.expr, key: str, tree: ast.AST, depth: int) -> bool:
@@ -161,10 +170,11 @@ def drop_last_patch(causes: tuple[int, ...], script: str | None, display: str | 
         tree = ast.parse(text)
     except (UnicodeDecodeError, SyntaxError, ValueError) as exc:
         return Patch(NAME, causes, TITLE, file, None, "", False, f"the script cannot be parsed ({type(exc).__name__})")
-    found = _training_loader(tree)
-    if isinstance(found, str):
-        return Patch(NAME, causes, TITLE, file, None, "", False, found)
-    key = _LOADERS[_callee(found) or "DataLoader"]
+    found, why = _training_loader(tree)
+    callee = (_callee(found) if found is not None else None) or "DataLoader"
+    key, title = _LOADERS[callee], _TITLES[callee]
+    if found is None or why is not None:
+        return Patch(NAME, causes, title, file, None, "", False, why)
     lines = text.splitlines(keepends=True)
     given = _keyword(found, key)
     if given is not None:
@@ -172,16 +182,16 @@ def drop_last_patch(causes: tuple[int, ...], script: str | None, display: str | 
         value = given.value
         at, start, end = value.lineno - 1, value.col_offset, value.end_col_offset
         if value.lineno != value.end_lineno:
-            return Patch(NAME, causes, TITLE, file, found.lineno, "", False, f"the {key} at line {value.lineno} spans lines")
+            return Patch(NAME, causes, title, file, found.lineno, "", False, f"the {key} at line {value.lineno} spans lines")
     else:
         # After the last argument: a trailing comma, a call over several lines, stay as they are.
         args = [*found.args, *(k.value for k in found.keywords)]
         if not args:
-            return Patch(NAME, causes, TITLE, file, found.lineno, "", False, f"{_where(found)} has no arguments")
+            return Patch(NAME, causes, title, file, found.lineno, "", False, f"{_where(found)} has no arguments")
         last = max(args, key=lambda a: (a.end_lineno or 0, a.end_col_offset or 0))
         at, start, end = (last.end_lineno or last.lineno) - 1, last.end_col_offset or 0, last.end_col_offset or 0
     raw = lines[at].encode()
     edit = b"True" if given is not None else f", {key}=True".encode()
     after = list(lines)
     after[at] = (raw[:start] + edit + raw[end:]).decode()
-    return Patch(NAME, causes, TITLE, file, at + 1, unified_diff(file, lines, after), True, patched="".join(after))
+    return Patch(NAME, causes, title, file, at + 1, unified_diff(file, lines, after), True, patched="".join(after))

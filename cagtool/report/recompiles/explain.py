@@ -1485,7 +1485,7 @@ def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
     if stability:
         why.append(stability)
     if last_batch:
-        fix = [HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX]
+        fix = [HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX_TRAINER if by_trainer(facts) else LAST_BATCH_FIX]
     else:
         fix = ["If the number follows the data (a batch or sequence size), keep it the same on every step (drop or pad the "
                "odd batch), or compute it as a tensor so that it is an input of the graph, not a constant of it."]
@@ -1603,9 +1603,31 @@ HAND_RESHAPE_FIX = ("If a last batch of one example does it: no DataLoader ran i
 
 
 # The same advice where a DataLoader made the batches (or the record does not say).
-LOADER_LAST_FIX = ("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
-                   "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
-                   "every batch has one size.")
+LOADER_LAST_FIX_PREFIX = ("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
+                          "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch)")
+LOADER_LAST_FIX = LOADER_LAST_FIX_PREFIX + ", and every batch has one size."
+
+
+# The same advice where HF Trainer made the batches (the compiled call is transformers'): no
+# DataLoader(...) of the script's to edit, its TrainingArguments set the loader Trainer builds.
+LOADER_LAST_FIX_TRAINER_PREFIX = ("If it is the training loader's last batch: TrainingArguments(..., dataloader_drop_last=True) drops "
+                                  "it (HF Trainer builds its DataLoader from them; those samples are not trained on that epoch)")
+LOADER_LAST_FIX_TRAINER = LOADER_LAST_FIX_TRAINER_PREFIX + ", and every batch has one size."
+LAST_BATCH_FIX_TRAINER = ("If it is the last batch: drop it (TrainingArguments(..., dataloader_drop_last=True): HF Trainer builds its "
+                          "DataLoader from them) or pad it to the full size, and the backward keeps one graph.")
+
+
+def by_trainer(facts: dict[str, Any]) -> bool:
+    """HF Trainer called the compiled code (the call's line is in transformers): its batches come
+    from the DataLoader it builds from the script's TrainingArguments."""
+    caller = facts.get("caller")
+    return caller is not None and bool(caller.via) and caller.via.startswith("transformers/")
+
+
+def loader_last_fix(facts: dict[str, Any]) -> str:
+    """The last-batch advice for the job's batches: a slice of the script's own, HF Trainer's
+    loader, or a DataLoader's."""
+    return HAND_SLICE_FIX if by_hand(facts) else LOADER_LAST_FIX_TRAINER if by_trainer(facts) else LOADER_LAST_FIX
 
 
 def by_hand(facts: dict[str, Any]) -> bool:
@@ -2023,7 +2045,8 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     fix = []
-    last_batch_fix = HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX
+    full_batch_fix = LAST_BATCH_FIX_TRAINER if by_trainer(facts) else LAST_BATCH_FIX
+    last_batch_fix = HAND_SLICE_FIX if by_hand(facts) else full_batch_fix
     back = _size_came_back(facts) if shorter else None
     if back is not None and not by_hand(facts):
         # The record shows the smaller batch between full ones (the next epoch's first step): a last
@@ -2031,7 +2054,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         step, full, small = back
         why.append(f"The size came back ({small} -> {full} at step {step}, the graph's code compiled again for it): the smaller "
                    "batch came between full ones, as each epoch's last batch does.")
-        last_batch_fix = LAST_BATCH_FIX.replace("If it is the last batch: drop it", "It is the last batch: drop it", 1)
+        last_batch_fix = full_batch_fix.replace("If it is the last batch: drop it", "It is the last batch: drop it", 1)
     if shorter and facts.get("stabilised") and facts.get("quiet_steps_after", 0) > 1 and not facts["dynamo_recompiles"]:
         # Both readings stand (the why above): the fix says what to do in each.
         fix.append(f"{last_batch_fix} Or, if the sizes changed for good at step {facts['last_recompile_step']} (a phase of other "
@@ -2123,8 +2146,7 @@ def module_attribute(name: str) -> bool:
 _ZERO_ONE = ("Dynamo specialises a size of 0 or 1 even in a dynamic dimension (a dynamic size carries the guard "
              "`2 <= size`), so a dimension marked dynamic, dynamic=True or TORCH_COMPILE_DYNAMIC_SOURCES leave this recompile: "
              "that size gets a graph of its own, compiled once and cached.")
-_ZERO_ONE_FIXES = ["If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
-                   "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), or pad the "
+_ZERO_ONE_FIXES = [LOADER_LAST_FIX_PREFIX + ", or pad the "
                    "data to a multiple of batch_size: every batch then has one size, the only fix that removes this recompile "
                    "in every frame.",
                    "torch's hint, torch._dynamo.decorators.mark_unbacked(tensor, dim) in place of maybe_mark_dynamic, compiles "
@@ -3248,8 +3270,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                  "torch-pgo-ca-dynamic with compiled autograd's own sizes dynamic too, where it also recaptured). "
                  "Or keep the sizes fixed: pad or bucket the data."]
         if smaller_batch(guard) is not None:
-            fixes.insert(0, HAND_SLICE_FIX if by_hand(facts) else
-                         LOADER_LAST_FIX)
+            fixes.insert(0, loader_last_fix(facts))
         return fixes
     if kind == GUARD_SIZE and (size := size_guard(guard)) is not None and not on_ca and module_attribute(size[0]):
         return [f"Make `{size[0]}` from the call's own input inside the compiled function rather than keeping it on the module "
@@ -3267,6 +3288,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         if by_hand(facts):
             return [HAND_SLICE_FIX.replace("every call then has one size.", "every call then has one size, the only fix that "
                                            "removes this recompile in every frame."), _ZERO_ONE_FIXES[1]]
+        if by_trainer(facts):
+            return [_ZERO_ONE_FIXES[0].replace(LOADER_LAST_FIX_PREFIX, LOADER_LAST_FIX_TRAINER_PREFIX, 1), _ZERO_ONE_FIXES[1]]
         return list(_ZERO_ONE_FIXES)
     if kind == GUARD_SIZE:
         size = size_guard(guard)
@@ -3355,9 +3378,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                          "DataLoader would leave its samples out of the metric, and the smaller batch compiles once and is cached.")
         elif smaller_batch(guard) is not None:
             # A mark reaches no reentrant recompute (its inputs are detached copies): there the batch is the fix.
-            fixes.insert(len(fixes) if not facts.get("reentrant_recompute") else 0,
-                         HAND_SLICE_FIX if by_hand(facts) else
-                         LOADER_LAST_FIX)
+            fixes.insert(len(fixes) if not facts.get("reentrant_recompute") else 0, loader_last_fix(facts))
         if _ON_PARAMETER.search(guard):
             fixes.append(_PARAMETER_HINT_SIZE)
         if facts.get("none_guards_broken"):

@@ -251,6 +251,25 @@ def test_a_length_padded_by_hf_trainers_collator_is_told_pad_to_multiple_of_and_
     assert "DataCollatorWithPadding" not in script and "pad or bucket if it takes many values" in script, script
 
 
+def test_hf_trainers_last_batch_is_told_by_its_training_arguments_and_a_scripts_by_its_dataloader():
+    """A batch that got smaller in a forward HF Trainer calls (`via` transformers/): the script has
+    no DataLoader(...) to edit, Trainer builds it from TrainingArguments, so the fix names
+    `TrainingArguments(..., dataloader_drop_last=True)` first; a script's own call keeps the
+    DataLoader's words. Both for a last batch of 4 and of one row (a size Dynamo specialises)."""
+
+    def fixes(via: str, actual: int) -> str:
+        guard = f"tensor 'kwargs['input_ids']' size mismatch at index 0. expected 8, actual {actual}"
+        caller = SourceRef(file="/w/train.py", line=37, code="trainer.train()", function="<module>", how="caller", via=via)
+        return " ".join(_guard_fixes({"kind": GUARD_SIZE, "guard": guard, "caller": caller, "stabilised": True}, False, "", "/w"))
+
+    for actual in (4, 1):
+        trainer = fixes("transformers/trainer.py:2209", actual)
+        assert "If it is the training loader's last batch: TrainingArguments(..., dataloader_drop_last=True) drops it" in trainer, trainer
+        assert "DataLoader(..., drop_last=True)" not in trainer, trainer
+        script = fixes("", actual)
+        assert "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it" in script, script
+
+
 def test_a_training_loaders_last_batch_is_named_where_the_compiled_forwards_sizes_are_in_the_cache_key_only(record_run):
     """Lightning's fit() in plain torch (tests/scripts/sanity_check_then_last_batch.py): the sanity
     check made the forward's batch dimension dynamic, so the training loader's last batch of 4

@@ -59,7 +59,7 @@ from cagtool.report.recompiles.explain import plural
 from cagtool.report.recompiles.verification import JUDGED, VERIFICATION_FILE, VERIFICATION_FORMAT, repetition_counts
 from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, SOURCE_DIGEST_ENV, SourceChanged, source_digest
 from cagtool.verify.fixes import Fix
-from cagtool.verify.last_batch import NAME as DROP_LAST
+from cagtool.verify.last_batch import NAME as DROP_LAST, fix_call
 
 VERIFY_DIR = "verify"
 DYNAMIC_SOURCES_ENV = "TORCH_COMPILE_DYNAMIC_SOURCES"
@@ -1038,7 +1038,9 @@ def _verify_in(run: Any, run_dir: Path, work: Path, root: Path, mode: str, fixes
             agree = None
         verdict, reasons = judge(baseline, measured, speedup, agree, check)
         if dropped:
-            reasons.append(f"numerics not compared: drop_last=True leaves each epoch's last batch untrained (steps "
+            evaluation = (" (and, through TrainingArguments, the evaluation's last batch out of its metrics)"
+                          if fix_call(fix.patch).startswith("TrainingArguments") else "")
+            reasons.append(f"numerics not compared: drop_last=True leaves each epoch's last batch untrained{evaluation} (steps "
                            f"{repetition_counts(baseline.steps)} -> {repetition_counts(measured.steps)}), so the losses differ by design")
         left = causes_left(fixed_record, mode, {n: k for n, k in (cause_keys or {}).items() if n in fix.causes})
         if left:

@@ -1609,12 +1609,15 @@ LOADER_LAST_FIX = LOADER_LAST_FIX_PREFIX + ", and every batch has one size."
 
 
 # The same advice where HF Trainer made the batches (the compiled call is transformers'): no
-# DataLoader(...) of the script's to edit, its TrainingArguments set the loader Trainer builds.
+# DataLoader(...) of the script's to edit, its TrainingArguments set the loaders Trainer builds
+# (transformers' Trainer._get_dataloader passes dataloader_drop_last to the evaluation's too).
 LOADER_LAST_FIX_TRAINER_PREFIX = ("If it is the training loader's last batch: TrainingArguments(..., dataloader_drop_last=True) drops "
-                                  "it (HF Trainer builds its DataLoader from them; those samples are not trained on that epoch)")
+                                  "it (HF Trainer builds its DataLoaders from them, the evaluation's too: those samples are not "
+                                  "trained on that epoch, nor counted in the evaluation's metrics)")
 LOADER_LAST_FIX_TRAINER = LOADER_LAST_FIX_TRAINER_PREFIX + ", and every batch has one size."
 LAST_BATCH_FIX_TRAINER = ("If it is the last batch: drop it (TrainingArguments(..., dataloader_drop_last=True): HF Trainer builds its "
-                          "DataLoader from them) or pad it to the full size, and the backward keeps one graph.")
+                          "DataLoaders from them, the evaluation's too, whose last batch then leaves the metrics) or pad it to the "
+                          "full size, and the backward keeps one graph.")
 
 
 def by_trainer(facts: dict[str, Any]) -> bool:

@@ -1586,6 +1586,18 @@ def _size_came_back(facts: dict[str, Any]) -> tuple[int | None, int, int] | None
 CA_ENABLE_DYNAMIC_OUTSIDE = ("`with torch._dynamo.compiled_autograd._enable(torch.compile(backend=...), dynamic=True):` around the "
                              "backward, or around the call that runs it (a Trainer's fit() or train()): the backward runs "
                              "outside any compiled function, where torch.compile(..., dynamic=True) does not reach it")
+
+
+def ca_enable_dynamic_outside(source: SourceRef | None, cwd: str) -> str:
+    """CA_ENABLE_DYNAMIC_OUTSIDE, naming the script's line that runs the backward where a library's
+    code calls it from there (`trainer.train()`: the backward call the record holds, `via` the
+    library's line)."""
+    if source is None or source.how != "backward_call" or not source.via or not source.code:
+        return CA_ENABLE_DYNAMIC_OUTSIDE
+    here = f"here `{source.code.strip()}` at {display_path(source.file, cwd)}:{source.line}"
+    return CA_ENABLE_DYNAMIC_OUTSIDE.replace("(a Trainer's fit() or train())", f"({here})", 1)
+
+
 LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); HF Trainer: "
                   "TrainingArguments(dataloader_drop_last=True); slicing the data by hand, skip a chunk "
                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
@@ -2073,7 +2085,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # compiled autograd where the config flag turns it on (eval_frame.py, `call_compiled_autograd`).
     fix.append(
         "Start compiled autograd dynamic to skip the static first graph: `cagtool run --dynamic`; in the job, "
-        + (CA_ENABLE_DYNAMIC_OUTSIDE + "." if facts.get("backward_outside_compiled") and not facts.get("ca_by_cagtool_only") else
+        + (ca_enable_dynamic_outside(cause.source, cwd) + "." if facts.get("backward_outside_compiled") and not facts.get("ca_by_cagtool_only") else
            "compiled_autograd._enable(compiler, dynamic=True)"
            + (" (the config flag never turns compiled autograd on in this job: see the note above)."
               if facts.get("ca_by_cagtool_only") else

@@ -234,6 +234,21 @@ def test_compiled_autograd_started_dynamic_is_advised_by_enable_where_backward_r
     assert "torch.compile(..., dynamic=True) on the compiled function that runs backward" in fixes["inside"], fixes["inside"]
 
 
+def test_compiled_autograd_started_dynamic_around_a_librarys_backward_names_the_scripts_line_that_runs_it():
+    """HF Trainer's backward is accelerate's, called from the script's `trainer.train()`: `_enable`
+    goes around that line, named as the record holds it; a backward the script calls itself, or one
+    the record holds no line for, keeps the words that say where in general."""
+    from cagtool.report.recompiles.explain import CA_ENABLE_DYNAMIC_OUTSIDE, ca_enable_dynamic_outside
+
+    library = SourceRef(file="/w/train.py", line=24, code="trainer.train()", function="<module>", how="backward_call",
+                        via="accelerate/accelerator.py:2740")
+    words = ca_enable_dynamic_outside(library, "/w")
+    assert "around the call that runs it (here `trainer.train()` at train.py:24):" in words, words
+    assert "a Trainer's fit() or train()" not in words
+    own = SourceRef(file="/w/train.py", line=30, code="loss.backward()", function="<module>", how="backward_call", via="")
+    assert ca_enable_dynamic_outside(own, "/w") == CA_ENABLE_DYNAMIC_OUTSIDE == ca_enable_dynamic_outside(None, "/w")
+
+
 def test_a_length_padded_by_hf_trainers_collator_is_told_pad_to_multiple_of_and_a_scripts_stays_generic():
     """A sequence length that changed in a forward HF Trainer calls (`via` transformers/): the
     collator pads each batch to its longest, and DataCollatorWithPadding(tokenizer,

@@ -1485,7 +1485,7 @@ def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
     if stability:
         why.append(stability)
     if last_batch:
-        fix = [HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX_TRAINER if by_trainer(facts) else LAST_BATCH_FIX]
+        fix = [HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX]
     else:
         fix = ["If the number follows the data (a batch or sequence size), keep it the same on every step (drop or pad the "
                "odd batch), or compute it as a tensor so that it is an input of the graph, not a constant of it."]
@@ -1620,16 +1620,15 @@ LOADER_LAST_FIX_PREFIX = ("If it is a DataLoader's last batch: DataLoader(..., d
 LOADER_LAST_FIX = LOADER_LAST_FIX_PREFIX + ", and every batch has one size."
 
 
-# The same advice where HF Trainer made the batches (the compiled call is transformers'): no
-# DataLoader(...) of the script's to edit, its TrainingArguments set the loaders Trainer builds
-# (transformers' Trainer._get_dataloader passes dataloader_drop_last to the evaluation's too).
+# The same advice where HF Trainer made the batches (the compiled forward's call is transformers'):
+# no DataLoader(...) of the script's to edit, its TrainingArguments set the loaders Trainer builds
+# (transformers' Trainer._get_dataloader passes dataloader_drop_last to the evaluation's too). A
+# compiled-autograd cause alone cannot tell: its backward is called through accelerate, which a
+# script's own loop over its own DataLoader uses too.
 LOADER_LAST_FIX_TRAINER_PREFIX = ("If it is the training loader's last batch: TrainingArguments(..., dataloader_drop_last=True) drops "
                                   "it (HF Trainer builds its DataLoaders from them, the evaluation's too: those samples are not "
                                   "trained on that epoch, nor counted in the evaluation's metrics)")
 LOADER_LAST_FIX_TRAINER = LOADER_LAST_FIX_TRAINER_PREFIX + ", and every batch has one size."
-LAST_BATCH_FIX_TRAINER = ("If it is the last batch: drop it (TrainingArguments(..., dataloader_drop_last=True): HF Trainer builds its "
-                          "DataLoaders from them, the evaluation's too, whose last batch then leaves the metrics) or pad it to the "
-                          "full size, and the backward keeps one graph.")
 
 
 def by_trainer(facts: dict[str, Any]) -> bool:
@@ -2060,8 +2059,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     fix = []
-    full_batch_fix = LAST_BATCH_FIX_TRAINER if by_trainer(facts) else LAST_BATCH_FIX
-    last_batch_fix = HAND_SLICE_FIX if by_hand(facts) else full_batch_fix
+    last_batch_fix = HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX
     back = _size_came_back(facts) if shorter else None
     if back is not None and not by_hand(facts):
         # The record shows the smaller batch between full ones (the next epoch's first step): a last
@@ -2069,7 +2067,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         step, full, small = back
         why.append(f"The size came back ({small} -> {full} at step {step}, the graph's code compiled again for it): the smaller "
                    "batch came between full ones, as each epoch's last batch does.")
-        last_batch_fix = full_batch_fix.replace("If it is the last batch: drop it", "It is the last batch: drop it", 1)
+        last_batch_fix = LAST_BATCH_FIX.replace("If it is the last batch: drop it", "It is the last batch: drop it", 1)
     if shorter and facts.get("stabilised") and facts.get("quiet_steps_after", 0) > 1 and not facts["dynamo_recompiles"]:
         # Both readings stand (the why above): the fix says what to do in each.
         fix.append(f"{last_batch_fix} Or, if the sizes changed for good at step {facts['last_recompile_step']} (a phase of other "

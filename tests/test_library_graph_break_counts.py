@@ -93,6 +93,37 @@ def test_a_classifiers_problem_type_set_on_its_first_forward_is_named_with_the_v
 
 @pytest.mark.slow
 @pytest.mark.skipif(NO_TRANSFORMERS, reason="transformers is not installed (pip install transformers beside the pinned torch)")
+def test_a_trainers_last_batch_is_dropped_through_its_training_arguments_and_verified(tmp_path):
+    """hf_trainer_classifier.py --last-batch: each epoch of Trainer's loader ends with a batch of 2.
+    The script makes no DataLoader(...): the fix names TrainingArguments(..., dataloader_drop_last=True),
+    which Trainer passes to every loader it builds (the evaluation's too), and --verify applies it
+    there and measures every recompile gone."""
+    from conftest import cli_in_process
+
+    script = str(SCRIPTS / "hf_trainer_classifier.py")
+    args = [script, "--last-batch", "--problem-type", "single_label_classification"]
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"),
+                          *args], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    code, out, _ = cli_in_process("recompiles", str(tmp_path / "r"), "--explain", "--format", "json")
+    assert code == 0
+    roots = [c for c in json.loads(out)["modes"]["ca"]["explanation"]["causes"] if c["caused_by"] is None]
+    fixes = " ".join(f for c in roots for f in c["fix"])
+    assert "If it is the training loader's last batch: TrainingArguments(..., dataloader_drop_last=True) drops it" in fixes, fixes
+    assert "the evaluation's too" in fixes and "DataLoader(..., drop_last=True)" not in fixes, fixes
+    verified = subprocess.run([sys.executable, "-m", "cagtool", "recompiles", str(tmp_path / "r"), "--verify", "--fix", "drop-last", "--repeat", "1"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    said = " ".join(verified.stdout.split())  # lines wrapped to the terminal's width
+    assert "drop each epoch's smaller last batch (TrainingArguments(dataloader_drop_last=True))" in said, said[-3000:]
+    assert "dataloader_drop_last=True)" in said and "verdict: VERIFIED (recompiles" in said, said[-3000:]
+    assert "the evaluation's last batch out of its metrics" in said, said[-3000:]
+    # Trainer's max_steps keeps the step count: the same steps over other batches, never a numerics
+    # verdict (it read HARMFUL: "losses or final norms changed", where that is what dropping does).
+    assert "the same 6 steps, over other batches: the loop counts steps, not epochs" in said and "HARMFUL" not in said, said[-3000:]
+
+
+@pytest.mark.skipif(NO_TRANSFORMERS, reason="transformers is not installed (pip install transformers beside the pinned torch)")
 def test_a_trainers_batches_padded_to_their_longest_are_sizes_that_vary_not_a_last_batch(tmp_path):
     """hf_trainer_classifier.py --ragged under compiled autograd: the sequence length changes from
     batch to batch (18, 19, then 17), so compiled autograd captures the backward dynamic once and

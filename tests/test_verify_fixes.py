@@ -270,6 +270,20 @@ def test_a_fix_that_uncovers_a_guard_the_record_never_named_is_partly_verified_a
                                          "Dynamo recompiled forward frame 0 `forward`: `self.kind` was None"), fix["reasons"]
 
 
+def test_drop_last_in_a_loop_that_counts_steps_trains_other_batches_and_is_not_judged_on_its_losses(record_run, tmp_path):
+    """tests/scripts/steps_counted_last_batch.py: a loop of 6 steps over epochs of 8, 8, 4 rows (HF
+    Trainer's max_steps counts so). drop_last=True keeps the 6 steps and trains other batches: the
+    losses differ by design, as where it drops steps; never a numerics verdict (it read HARMFUL,
+    "losses or final norms changed", for the change the fix exists to make)."""
+    run = _copy(record_run, tmp_path, str(ROOT / "tests" / "scripts" / "steps_counted_last_batch.py"))
+    proc, data = _verify(run, "--fix", "drop-last")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (fix,) = data["verification"]["fixes"]
+    assert fix["fix"] == "drop-last" and fix["verdict"] == "verified", fix
+    assert any(r.startswith("numerics not compared: drop_last=True leaves each epoch's last batch untrained (the same 6 steps, "
+                            "over other batches: the loop counts steps, not epochs)") for r in fix["reasons"]), fix["reasons"]
+
+
 def test_a_fix_that_moves_a_recompile_into_the_evaluation_says_what_it_brings(record_run, tmp_path):
     """tests/scripts/drop_last_moves_to_evaluation.py (pytorch/examples' vae in small): drop-last
     removes the training's last-batch recompiles, and the evaluation, whose graph the training no

@@ -1032,16 +1032,21 @@ def _verify_in(run: Any, run_dir: Path, work: Path, root: Path, mode: str, fixes
         speedup = change.speedup if change is not None else None
         numerics = [d for d in (change.numerics if change is not None else ()) if not d.inputs_differ]
         agree = all(d.agrees for d in numerics) if numerics else None
-        # drop_last trains on fewer samples, where it dropped a batch (fewer steps): the losses differ by design
-        dropped = fix.patch is not None and fix.patch.name == DROP_LAST and list(baseline.steps) != list(measured.steps)
+        # drop_last trains other batches: fewer steps where the loop runs epochs, the same number over
+        # other batches where it counts steps (HF Trainer's max_steps): the losses differ by design.
+        dropped = fix.patch is not None and fix.patch.name == DROP_LAST
         if dropped:
             agree = None
         verdict, reasons = judge(baseline, measured, speedup, agree, check)
         if dropped:
+            assert fix.patch is not None
             evaluation = (" (and, through TrainingArguments, the evaluation's last batch out of its metrics)"
                           if fix_call(fix.patch).startswith("TrainingArguments") else "")
-            reasons.append(f"numerics not compared: drop_last=True leaves each epoch's last batch untrained{evaluation} (steps "
-                           f"{repetition_counts(baseline.steps)} -> {repetition_counts(measured.steps)}), so the losses differ by design")
+            steps = (f"steps {repetition_counts(baseline.steps)} -> {repetition_counts(measured.steps)}"
+                     if list(baseline.steps) != list(measured.steps) else
+                     f"the same {repetition_counts(measured.steps)} steps, over other batches: the loop counts steps, not epochs")
+            reasons.append(f"numerics not compared: drop_last=True leaves each epoch's last batch untrained{evaluation} ({steps}), "
+                           "so the losses differ by design")
         left = causes_left(fixed_record, mode, {n: k for n, k in (cause_keys or {}).items() if n in fix.causes})
         if left:
             reasons.append("; ".join(f"cause #{n} is still there ({plural(k, 'recompile')} in the re-run)" for n, k in sorted(left.items())))

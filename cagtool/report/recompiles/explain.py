@@ -3383,11 +3383,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         else:
             fixes = [f"A tensor's shape changed: mark the dimension dynamic ({MAYBE_MARK_DYNAMIC}) or compile with dynamic=True; "
                      "pad or bucket if it takes many values."]
+        # An evaluation's last batch that recompiled once: keeping it is the advice, the mark a way
+        # to skip even that compile (first where it keeps recompiling).
+        keep_at = 0 if once else len(fixes)
         if smaller_batch(guard) is not None and _EVALUATION_FUNCTION.search(facts.get("called_in") or ""):
-            fixes.append(f"If it is the evaluation's last batch (the call is in `{facts['called_in']}`), keep it: drop_last "
+            fixes.insert(keep_at, f"If it is the evaluation's last batch (the call is in `{facts['called_in']}`), keep it: drop_last "
                          "there would leave its samples out of the metric, and the smaller batch compiles once and is cached.")
         elif smaller_batch(guard) is not None and facts.get("grad_mode_after") is False:
-            fixes.append("If it is the evaluation's last batch (it ran with grad mode off), keep it: drop_last on the evaluation's "
+            fixes.insert(keep_at, "If it is the evaluation's last batch (it ran with grad mode off), keep it: drop_last on the evaluation's "
                          "DataLoader would leave its samples out of the metric, and the smaller batch compiles once and is cached.")
         elif smaller_batch(guard) is not None:
             # A mark reaches no reentrant recompute (its inputs are detached copies): there the batch is the fix.

@@ -785,10 +785,11 @@ def test_an_evaluations_size_recompile_before_the_first_step_reads_before_step_0
 @pytest.mark.slow
 def test_the_headlines_advice_opens_plainly_on_a_one_time_recompile(record_run):
     """--explain's fix for a one-time size recompile follows its "one recompile in all": "To skip
-    even that recompile, mark ...". The headline's what-to-do has no such sentence before it: it
-    says the recompile is one-time itself."""
+    even that recompile, mark ...". The headline's what-to-do has no such sentence before it. Here
+    the one-time recompile is an evaluation's last batch (the validation loader's, met first): keep
+    it leads, the mark comes after it in --explain."""
     run, _ = _explained(record_run, "sanity_validation_first.py")
     lines = cli_in_process("summary", str(run.path))[1].splitlines()
     advice = next(line for line in lines if line.startswith("what to do: "))
-    assert advice.startswith("what to do: To skip this one-time recompile, mark the dimension dynamic before the call"), advice
+    assert advice.startswith("what to do: If it is the evaluation's last batch (the call is in `validation_step`), keep it"), advice
     assert "even that" not in advice

@@ -249,6 +249,20 @@ def test_compiled_autograd_started_dynamic_around_a_librarys_backward_names_the_
     assert ca_enable_dynamic_outside(own, "/w") == CA_ENABLE_DYNAMIC_OUTSIDE == ca_enable_dynamic_outside(None, "/w")
 
 
+def test_an_evaluations_last_batch_that_recompiled_once_is_kept_first_and_marked_only_to_skip_that_compile():
+    """Lightning's validation loader ends with a batch of 4 (its sanity check meets it before step 0):
+    one recompile, cached after. Keeping it leads; the mark comes second, as the way to skip even that
+    compile. Where it kept recompiling, the mark leads."""
+    guard = "tensor 'args[0]' size mismatch at index 0. expected 16, actual 4"
+    caller = SourceRef(file="/w/train.py", line=21, code="loss = mse(self.net(x), y)", function="validation_step", how="caller", via="")
+    facts = {"kind": GUARD_SIZE, "guard": guard, "caller": caller, "called_in": "validation_step"}
+    once = _guard_fixes({**facts, "stabilised": True, "recompiling_steps": 1}, False, "", "/w")
+    assert once[0].startswith("If it is the evaluation's last batch (the call is in `validation_step`), keep it"), once
+    assert once[1].startswith("To skip even that recompile, mark the dimension dynamic"), once
+    again = _guard_fixes({**facts, "stabilised": False, "recompiling_steps": 3}, False, "", "/w")
+    assert again[0].startswith("Mark the dimension dynamic") and again[-1].startswith("If it is the evaluation's last batch"), again
+
+
 def test_a_length_padded_by_hf_trainers_collator_is_told_pad_to_multiple_of_and_a_scripts_stays_generic():
     """A sequence length that changed in a forward HF Trainer calls (`via` transformers/): the
     collator pads each batch to its longest, and DataCollatorWithPadding(tokenizer,

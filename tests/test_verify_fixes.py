@@ -304,3 +304,25 @@ def test_a_fix_that_moves_a_recompile_into_the_evaluation_says_what_it_brings(re
     # the re-run's own table: the evaluation's size recompile, compiled with grad off between steps
     sizes = [row for row in recompile_table(side).recompiles if "size mismatch" in " ".join(row.messages)]
     assert len(sizes) == 1 and sizes[0].user_source.line == 24, [(r.compile_id, r.messages) for r in sizes]
+
+
+def test_an_evaluation_before_training_run_uncompiled_on_a_copy_compiles_no_graph_for_it(record_run, tmp_path):
+    """sample_scripts/eval_no_grad.py --evaluate-first (nanoGPT's estimate_loss at its first step):
+    the evaluation under no_grad compiles the model first, and training's first call recompiles it
+    on the grad mode. eval-uncompiled calls the module before torch.compile at every call made with
+    grad off: Dynamo's grad-mode recompile is gone, the size causes stay, and the numbers agree."""
+    run = _copy(record_run, tmp_path, "eval_no_grad.py", "--evaluate-first")
+    proc, data = _verify(run, "--fix", "eval-uncompiled")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    v = data["verification"]
+    (fix,) = v["fixes"]
+    grad_mode = next(c for c in data["modes"]["ca"]["explanation"]["causes"] if c["guard_kind"] == "grad_mode")
+    assert fix["fix"] == "eval-uncompiled" and fix["causes"] == [grad_mode["number"]] and fix["who"] == "your code"
+    assert fix["patch"]["diff"].count("getattr(model, '_orig_mod', model)(held_out)") == 2
+    assert (v["baseline"]["dynamo_recompiles"], fix["measured"]["dynamo_recompiles"]) == ([3], [2])
+    assert (v["baseline"]["ca_recompiles"], fix["measured"]["ca_recompiles"]) == ([1], [1])
+    assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]
+    fixed = load_run(fix["measured"]["run"]).modes["ca"]
+    baseline = load_run(v["baseline"]["run"]).modes["ca"]
+    # torch's own count: one graph fewer than the baseline re-run's
+    assert (baseline.manifest.torch_counters["stats"]["unique_graphs"], fixed.manifest.torch_counters["stats"]["unique_graphs"]) == (6, 5)

@@ -481,3 +481,63 @@ def test_a_backend_the_job_sets_itself_is_not_edited_in_the_script(tmp_path, sou
     patch = patch_for(_class_cause(), str(script), "train.py", source.encode(), argv)
     assert patch is not None and not patch.applicable and patch.patched is None
     assert why in patch.why_not
+
+
+NANOGPT_LIKE = textwrap.dedent("""\
+    import torch
+
+    model = torch.compile(torch.nn.Linear(4, 1))
+
+    @torch.no_grad()
+    def estimate_loss():
+        model.eval()
+        out = model(torch.ones(2, 4)).mean()
+        model.train()
+        return out
+
+    for step in range(4):
+        if step % 2 == 0:
+            print(estimate_loss())
+        loss = model(torch.ones(3, 4)).sum()
+        loss.backward()
+    with torch.inference_mode(), open("/dev/null") as sink:
+        print(model(torch.ones(1, 4)), file=sink)
+    """)
+
+
+def _grad_mode_cause(script: Path, line: int, code: str) -> Cause:
+    from cagtool.record.schema import SourceRef
+    from cagtool.torch_text import GUARD_GRAD_MODE
+
+    return Cause(CAUSE_DYNAMO_FRAME, [], number=1, facts={"kind": GUARD_GRAD_MODE, "grad_mode_after": True,
+                                                          "evaluation_call": SourceRef(str(script), line, code)})
+
+
+def test_an_evaluation_first_is_run_uncompiled_at_every_call_made_with_grad_off(tmp_path):
+    """nanoGPT's loop: estimate_loss() under @torch.no_grad() at the first step compiles the model
+    with grad off, and training's call recompiles it. eval-uncompiled edits the calls of that module
+    made with grad off (the decorated function's, the inference_mode block's), never training's."""
+    script = tmp_path / "train.py"
+    script.write_text(NANOGPT_LIKE)
+    patch = patch_for(_grad_mode_cause(script, 8, "    out = model(torch.ones(2, 4)).mean()"), str(script), "train.py", script.read_bytes())
+    assert patch is not None and patch.name == "eval-uncompiled" and patch.applicable and patch.line == 8, patch.why_not
+    assert [line for line in patch.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")] == [
+        "-    out = model(torch.ones(2, 4)).mean()",
+        '+    out = getattr(model, "_orig_mod", model)(torch.ones(2, 4)).mean()',
+        "-    print(model(torch.ones(1, 4)), file=sink)",
+        '+    print(getattr(model, "_orig_mod", model)(torch.ones(1, 4)), file=sink)',
+    ]
+    compile(patch.patched, "train.py", "exec")
+    assert "    loss = model(torch.ones(3, 4)).sum()\n" in patch.patched  # training's call left compiled
+    assert script.read_text() == NANOGPT_LIKE
+
+
+def test_an_evaluation_call_outside_a_no_grad_block_of_the_script_is_not_edited_and_says_why(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(NANOGPT_LIKE.replace("@torch.no_grad()\n", ""))
+    patch = patch_for(_grad_mode_cause(script, 7, "    out = model(torch.ones(2, 4)).mean()"), str(script), "train.py", script.read_bytes())
+    assert patch is not None and not patch.applicable and patch.patched is None
+    assert patch.why_not.startswith("the evaluation's call at line 7 is in no `with torch.no_grad():` block"), patch.why_not
+    other = tmp_path / "evaluate.py"
+    patch = patch_for(_grad_mode_cause(other, 3, "model(x)"), str(script), "train.py", script.read_bytes())
+    assert not patch.applicable and patch.why_not == "the evaluation calls the compiled code in evaluate.py, not in the script: edit that call there"

@@ -374,7 +374,8 @@ def recompiles(
     scalar-to-tensor: a Python number Dynamo guards on passed as a tensor; backend-aot-eager: a
     custom autograd.Function in code compiled with backend="eager", compiled with "aot_eager";
     drop-last: the training DataLoader's smaller last batch dropped, drop_last=True, its losses
-    not compared since it trains on fewer samples); a code change it cannot make is shown with why not. A patch must keep what the job does: the backward hooks
+    not compared since it trains on fewer samples; eval-uncompiled: an evaluation under no_grad
+    that recompiles the model training uses calls the module before torch.compile); a code change it cannot make is shown with why not. A patch must keep what the job does: the backward hooks
     run are counted in each re-run, and a fix that runs fewer is harmful. A recompile torch's own PGO explains carries torch's suggestion verbatim, and
     torch-pgo verifies that suggestion applied as torch words it (torch-pgo-ca-dynamic: with
     ca-dynamic, where torch's list names the CA graph's inputs). Every fix, by the name --fix takes:
@@ -383,7 +384,7 @@ def recompiles(
       ca-dynamic            dynamic-sources       torch-pgo
       torch-pgo-ca-dynamic  hook-before-loop      hook-dynamo-disable
       zero-grad-to-none     scalar-to-tensor      backend-aot-eager
-      drop-last             accelerate-dynamic
+      drop-last             accelerate-dynamic    eval-uncompiled
 
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak

@@ -38,6 +38,10 @@ name the script assigns "eager" once (that literal is edited), or as `args.X` of
 whose default is "eager" (the default is edited; not where the job's command line sets the option,
 or its `choices` leave out aot_eager: the patch says to record the job again with the option set).
 
+`eval-uncompiled`: a forward frame recompiled on the grad mode, training and an evaluation under
+no_grad sharing one compiled module: the evaluation's calls of it call the module before
+torch.compile (`eval_uncompiled_patch`).
+
 The explanation's `drop_last=True` for a DataLoader's smaller last batch is verify/last_batch.py's
 patch (`drop-last`), measured beside the dynamic shapes that answer the same cause.
 
@@ -68,7 +72,8 @@ from cagtool.report.recompiles.explain import (
 from cagtool.verify.fixes import on_a_size
 from cagtool.verify.patch import Patch, imports_torch, replace_expr, unified_diff
 from cagtool.verify.value_patches import value_patch
-from cagtool.torch_text import GUARD_ID, GUARD_SIZE, GUARD_TYPE, backward_function_class
+from cagtool.report.recompiles.calls import innermost_call
+from cagtool.torch_text import GUARD_GRAD_MODE, GUARD_ID, GUARD_SIZE, GUARD_TYPE, backward_function_class
 
 # torch's registration calls whose hook becomes part of the autograd graph compiled autograd keys on.
 _HOOK_CALLS = frozenset({
@@ -463,6 +468,94 @@ def backend_patch(cause: Cause, script: str, display: str, source: bytes, argv: 
                  patched="".join(after))
 
 
+# The calls that turn grad off for what they hold: a `with` item or a function's decorator
+# (`torch.no_grad()`, `@torch.inference_mode()`, `torch.set_grad_enabled(False)`).
+_GRAD_OFF = frozenset({"no_grad", "inference_mode"})
+
+
+def _turns_grad_off(node: ast.expr) -> bool:
+    call = node.func if isinstance(node, ast.Call) else node
+    name = call.attr if isinstance(call, ast.Attribute) else call.id if isinstance(call, ast.Name) else ""
+    if name in _GRAD_OFF:
+        return True
+    return (name == "set_grad_enabled" and isinstance(node, ast.Call) and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant) and node.args[0].value is False)
+
+
+def _calls_with_grad_off(tree: ast.AST, callee: str) -> list[ast.Call]:
+    """The calls of `callee` (its code: `model`, `self.net`) that the script makes with grad off:
+    inside a `with torch.no_grad():` (or inference_mode, set_grad_enabled(False)) or a function
+    decorated with one, in the order they come."""
+    found: list[ast.Call] = []
+
+    def visit(node: ast.AST, off: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            off = off or any(_turns_grad_off(d) for d in node.decorator_list)
+        if isinstance(node, (ast.With, ast.AsyncWith)) and any(_turns_grad_off(item.context_expr) for item in node.items):
+            for item in node.items:
+                visit(item, off)
+            for stmt in node.body:
+                visit(stmt, True)
+            return
+        if off and isinstance(node, ast.Call) and ast.unparse(node.func) == callee:
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child, off)
+
+    visit(tree, False)
+    return sorted(found, key=lambda call: (call.lineno, call.col_offset))
+
+
+def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
+    """Evaluate with the module before torch.compile: a forward frame recompiled on the grad mode
+    (training's calls and an evaluation's under no_grad share the compiled module) compiles nothing
+    for the evaluation where the evaluation calls `getattr(model, "_orig_mod", model)(...)`: the
+    module torch.compile wrapped, eager (the same module, so the same numbers), or the module itself
+    where it is no wrapper (a module compiled in place: then nothing changes, and the verdict says
+    so). Every call of that module the script makes with grad off is edited, not only the one the
+    record names (an evaluation before training and one after each epoch): one left compiled would
+    compile the evaluation's graph all the same. Applied where the record names the evaluation's
+    call, it is in the script, a plain call of a name (or one held on `self`), and inside a no_grad
+    block or function of the script itself."""
+    name, title = "eval-uncompiled", "evaluate with the module as it was before torch.compile"
+    call = cause.facts.get("evaluation_call")
+    if call is None:
+        return Patch(name, (cause.number,), title, display, None, "", False,
+                     "the record names no one line where the evaluation called the compiled code")
+    if os.path.realpath(call.file) != os.path.realpath(script):
+        return Patch(name, (cause.number,), title, display, None, "", False,
+                     f"the evaluation calls the compiled code in {os.path.basename(call.file)}, not in the script: edit that call there")
+    parsed = _parsed(source)
+    if isinstance(parsed, str):
+        return Patch(name, (cause.number,), title, display, None, "", False, parsed)
+    text, tree = parsed
+    found = innermost_call(call.code or "")
+    if found is None:
+        return Patch(name, (cause.number,), title, display, call.line, "", False,
+                     f"line {call.line} holds no call of a module by its name (`model(x)`, `self.net(x)`)")
+    callee = found[0]
+    calls = _calls_with_grad_off(tree, callee)
+    if not any(c.func.lineno == call.line for c in calls):
+        return Patch(name, (cause.number,), title, display, call.line, "", False,
+                     f"the evaluation's call at line {call.line} is in no `with torch.no_grad():` block (or inference_mode) nor a "
+                     "function decorated with one in the script: its other calls cannot be told from training's")
+    if any(c.func.lineno != c.func.end_lineno for c in calls):
+        return Patch(name, (cause.number,), title, display, call.line, "", False, f"a call of `{callee}` spans lines: not a one-line edit")
+    lines = text.splitlines(keepends=True)
+    for quote in ('"', "'"):  # the other quote where a call sits in an f-string of the first (Python 3.11)
+        after = list(lines)
+        for c in sorted(calls, key=lambda c: (c.func.lineno, c.func.col_offset), reverse=True):
+            after = replace_expr(after, c.func, f"getattr({callee}, {quote}_orig_mod{quote}, {callee})")
+        try:
+            ast.parse("".join(after))
+        except SyntaxError:
+            continue
+        return Patch(name, (cause.number,), title, display, calls[0].lineno, unified_diff(display, lines, after), True,
+                     patched="".join(after))
+    return Patch(name, (cause.number,), title, display, call.line, "", False,
+                 f"the edited calls of `{callee}` do not parse (inside f-strings of both quotes): edit them by hand")
+
+
 def _template_cause(cause: Cause) -> bool:
     """A cause whose class is the one torch defines at every call of code compiled without AOTAutograd."""
     found = cause.facts.get("function_class")
@@ -504,6 +597,11 @@ def patch_for(cause: Cause, script: str | None, display: str | None, source: byt
         return hook_patch(cause, script, display or script, source)
     if cause.code == CAUSE_GRAD_DEFINED and script is not None and source is not None:
         return zero_grad_patch(cause, script, display or script, source)
+    if cause.code == CAUSE_DYNAMO_FRAME and cause.facts.get("kind") == GUARD_GRAD_MODE and not cause.facts.get("reentrant_recompute"):
+        if script is None or source is None:
+            return Patch("eval-uncompiled", (cause.number,), "evaluate with the module as it was before torch.compile", display or "?",
+                         None, "", False, "the job is not a script file cagtool can read (a module, or it moved)")
+        return eval_uncompiled_patch(cause, script, display or script, source)
     if cause.code == CAUSE_DYNAMO_FRAME:
         patch = value_patch(cause, script, display, source)
         if patch is not None:

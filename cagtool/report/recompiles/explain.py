@@ -631,6 +631,22 @@ def _one_call_site_loop(table: RecompileTable, cause: Cause) -> SourceRef | None
     return first.caller
 
 
+def _evaluation_call(table: RecompileTable, cause: Cause, after: bool | None) -> SourceRef | None:
+    """Where a grad-mode cause's evaluation called the compiled code, the user's line: the
+    recompile's own caller where the recompile was the evaluation's (`after` False: grad off after
+    training), else (`after` True: an evaluation first) the caller of the compile whose entry failed
+    when grad came back on. None where it is not known, or the compiles name several lines."""
+    if after is False:
+        found = {(row.caller.file, row.caller.line): row.caller for row in cause.rows if row.caller is not None}
+    elif after is True and table.phases is not None:
+        entries = {cid for row in cause.rows for m in row.messages
+                   if guard_kind(guard_text(m)) == GUARD_GRAD_MODE and (cid := reason_compile_id(m.strip().splitlines()[0]))}
+        found = {(c.caller.file, c.caller.line): c.caller for c in table.phases.compiles if c.compile_id in entries and c.caller is not None}
+    else:
+        return None
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
 def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     failures: list[tuple[str, str]] = []  # (compile id, failing guard or "")
     for row in cause.rows:
@@ -745,7 +761,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "state_changed_at": changed.changed_at if changed is not None else None,
         # The grad mode the recompiles were made for, where their guard trees say it and agree: True
         # for grad on (training after an evaluation), False for off (an evaluation after training).
-        "grad_mode_after": modes.pop() if len(modes := {table.grad_modes.get(row.compile_id) for row in cause.rows}) == 1 else None,
+        "grad_mode_after": (after := modes.pop() if len(modes := {table.grad_modes.get(row.compile_id) for row in cause.rows}) == 1 else None),
+        # ... and the user's line where the evaluation called the compiled code (grad off), where one is known.
+        "evaluation_call": _evaluation_call(table, cause, after),
         # ... and whether the evaluation's compile ran under torch.inference_mode() (True) or
         # torch.no_grad() (False), where the guard trees say it and agree.
         "inference_mode": flags.pop() if len(flags := {table.inference_modes.get(row.compile_id) for row in cause.rows}) == 1 else None,
@@ -2989,6 +3007,19 @@ def _grad_mode_skip(code: str, off: str, training_call: bool = False) -> str:
     return f"To skip even that compile, evaluate with the module as it was before torch.compile (`{call}`{under}"
 
 
+def _evaluation_skip(facts: dict[str, Any], code: str, cwd: str) -> str:
+    """A grad-mode cause's fix that skips the evaluation's compile, at the evaluation's own call where
+    the record names it (the call `--verify`'s eval-uncompiled patch edits, verify/patches.py)."""
+    off = grad_off_words(facts)
+    call = facts.get("evaluation_call")
+    if call is not None and call.code and facts.get("grad_mode_after") is True:
+        where = format_source(call, cwd, with_code=False)
+        return f"{_grad_mode_skip(call.code, off)}, at the evaluation's call, {where}: `{call.code.strip()}`)."
+    if facts.get("grad_mode_after") is True:
+        return f"{_grad_mode_skip(code, off, training_call=True)}, at the evaluation's call: the recompiling call named here is training's)."
+    return f"{_grad_mode_skip(code, off)})."
+
+
 def hook_filled_once(facts: dict[str, Any]) -> bool:
     """A traced hook recompiled on its container's emptiness (`not norms`: empty at the first
     compile), once, then never again: the container filled and kept its size."""
@@ -3106,9 +3137,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once or len(facts.get("failures") or ()) == 1 else
                 "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
-                _grad_mode_skip(code, grad_off_words(facts), training_call=facts.get("grad_mode_after") is True)
-                + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")
-                + COMPILED_IN_PLACE_SKIP]
+                _evaluation_skip(facts, code, cwd) + COMPILED_IN_PLACE_SKIP]
     if facts.get("optional_argument"):
         name = facts["optional_argument"]
         same = (f"pass `{name}` the same way in every call: always a tensor (for a mask, one of ones where nothing is masked), "

@@ -275,7 +275,19 @@ def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):
     title, why, fixes = _all_words(explanation, table.cwd)[explanation.causes.index(grad_mode)]
     assert "a call with grad on after one under torch.no_grad(), as training after an evaluation" in title
     assert "first called with grad mode off" in why and "after running with it on" not in why
-    assert "at the evaluation's call: the recompiling call named here is training's" in fixes
+    # the evaluation's own call, from its compile's stack: its arguments, its line, not training's
+    first = next(i for i, text in enumerate((ROOT / "sample_scripts" / "eval_no_grad.py").read_text().splitlines(), 1)
+                 if "before training: held-out" in text)
+    assert grad_mode.facts["evaluation_call"].line == first
+    assert f"(`model._orig_mod(held_out)` under torch.no_grad(), at the evaluation's call, sample_scripts/eval_no_grad.py:{first}: `print(" in fixes
+    assert "the recompiling call named here is training's" not in fixes
+    # --verify's patch edits every call of that module made with grad off (the evaluation after each epoch too)
+    script = ROOT / "sample_scripts" / "eval_no_grad.py"
+    patch = patch_for(grad_mode, str(script), "eval_no_grad.py", script.read_bytes())
+    assert patch is not None and patch.name == "eval-uncompiled" and patch.applicable and patch.line == first, patch
+    edited = [line for line in patch.diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert len(edited) == 2 and all("{getattr(model, '_orig_mod', model)(held_out)" in line for line in edited), edited
+    assert "getattr" not in next(line for line in patch.patched.splitlines() if "mse_loss(" in line)  # training's call is left compiled
     # the unexpected causes' fix never offers the training call's arguments as the evaluation's
     text = " ".join(cagtool_in_process("recompiles", str(run.path), "--explain").stdout.split())
     assert "Fix (grad mode): evaluate with the uncompiled module (`model._orig_mod(...)` at the evaluation's call" in text

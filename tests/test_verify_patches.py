@@ -13,6 +13,8 @@ from pathlib import Path
 
 import hashlib
 
+import msgspec
+
 import pytest
 
 from cagtool.capture.run.target import (
@@ -541,3 +543,8 @@ def test_an_evaluation_call_outside_a_no_grad_block_of_the_script_is_not_edited_
     other = tmp_path / "evaluate.py"
     patch = patch_for(_grad_mode_cause(other, 3, "model(x)"), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not == "the evaluation calls the compiled code in evaluate.py, not in the script: edit that call there"
+    library = _grad_mode_cause(script, 24, "trainer.train()")
+    library.facts["evaluation_call"] = msgspec.structs.replace(library.facts["evaluation_call"], via="transformers/trainer.py:4405")
+    patch = patch_for(library, str(script), "train.py", script.read_bytes())
+    assert not patch.applicable and patch.why_not == ("the evaluation calls the compiled code in a library's code "
+                                                      "(transformers/trainer.py:4405, reached from train.py:24): no call of the script's to edit")

@@ -522,6 +522,10 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     if call is None:
         return Patch(name, (cause.number,), title, display, None, "", False,
                      "the record names no one line where the evaluation called the compiled code")
+    if call.via:
+        return Patch(name, (cause.number,), title, display, None, "", False,
+                     f"the evaluation calls the compiled code in a library's code ({call.via}, reached from "
+                     f"{os.path.basename(call.file)}:{call.line}): no call of the script's to edit")
     if os.path.realpath(call.file) != os.path.realpath(script):
         return Patch(name, (cause.number,), title, display, None, "", False,
                      f"the evaluation calls the compiled code in {os.path.basename(call.file)}, not in the script: edit that call there")

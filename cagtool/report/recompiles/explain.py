@@ -3012,7 +3012,7 @@ def _evaluation_skip(facts: dict[str, Any], code: str, cwd: str) -> str:
     the record names it (the call `--verify`'s eval-uncompiled patch edits, verify/patches.py)."""
     off = grad_off_words(facts)
     call = facts.get("evaluation_call")
-    if call is not None and call.code and facts.get("grad_mode_after") is True:
+    if call is not None and call.code and not call.via and facts.get("grad_mode_after") is True:
         where = format_source(call, cwd, with_code=False)
         return f"{_grad_mode_skip(call.code, off)}, at the evaluation's call, {where}: `{call.code.strip()}`)."
     if facts.get("grad_mode_after") is True:

@@ -270,3 +270,17 @@ def test_numerics_that_only_the_reference_recorded_are_not_said_to_agree(record_
     code, out, _ = cli_in_process("summary", str(run.path), "--format", "json")
     text = json.loads(out)["headline"]["text"]
     assert "only if you trust it" in text and "\x1b" not in text, text
+
+
+def test_a_verified_fix_says_what_it_measured_recompiles_and_compile_time(ragged):
+    """The verified fix's measurement on this job in the advice: the recompiles and, where both
+    sides have one, the compile time (an evaluation's graph skipped saves compile, not recompiles alone)."""
+    run = load_run(ragged)
+    comparison = compare_modes(run)
+    explanation = ca_explanation(comparison, run)
+    fix = {"fix": "ca-dynamic", "verdict": "verified", "title": "t", "run_flags": ["--dynamic"], "env": {},
+           "measured": {"ca_recompiles": [0], "dynamo_recompiles": [1], "compile_time_s": 57.104}}
+    verified = {"baseline": {"ca_recompiles": [2], "dynamo_recompiles": [1], "compile_time_s": 77.585}, "fixes": [fix]}
+    assert "; verified by re-running this job (recompiles 3 -> 1, compile 77.6 s -> 57.1 s)" in run_headline(comparison, verified, explanation).advice
+    del verified["baseline"]["compile_time_s"]
+    assert "; verified by re-running this job (recompiles 3 -> 1)" in run_headline(comparison, verified, explanation).advice

@@ -692,7 +692,12 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         before = [a + b for a, b in zip(base.get("ca_recompiles") or (), base.get("dynamo_recompiles") or ()) if a is not None and b is not None]
         after = [a + b for a, b in zip((fix.get("measured") or {}).get("ca_recompiles") or (), (fix.get("measured") or {}).get("dynamo_recompiles") or ())
                  if a is not None and b is not None]
-        measured = f" (recompiles {max(before)} -> {max(after)})" if before and after else ""
+        measured = f"recompiles {max(before)} -> {max(after)}" if before and after else ""
+        # each side's compile time (the median of its repetitions), read from a document verify sealed
+        compiled = [side.get("compile_time_s") for side in (base, fix.get("measured") or {})]
+        if measured and all(isinstance(c, (int, float)) and not isinstance(c, bool) and c >= 0 for c in compiled):
+            measured += f", compile {compiled[0]:.1f} s -> {compiled[1]:.1f} s"
+        measured = f" ({measured})" if measured else ""
         advice = (f"apply fix {fix['fix']}" + (f", {fix['title']}" if fix.get("title") else "")
                   + (f": {in_job}" if in_job else "") + (f" [cagtool: {how}]" if how and not fix.get("patch") else "")
                   + f"; verified by re-running this job{measured}")
@@ -787,3 +792,4 @@ def ca_explanation(comparison: Comparison, run: Any) -> "Explanation | None":
 
     record = next((run.modes[name] for name in column.records if name in run.modes), None)
     return explain(recompile_table(record)) if record is not None else None
+

@@ -326,3 +326,20 @@ def test_an_evaluation_before_training_run_uncompiled_on_a_copy_compiles_no_grap
     baseline = load_run(v["baseline"]["run"]).modes["ca"]
     # torch's own count: one graph fewer than the baseline re-run's
     assert (baseline.manifest.torch_counters["stats"]["unique_graphs"], fixed.manifest.torch_counters["stats"]["unique_graphs"]) == (6, 5)
+
+
+def test_an_evaluation_run_uncompiled_answers_its_own_last_batch_recompile_too(record_run, tmp_path):
+    """tests/scripts/sanity_validation_first.py (Lightning's sanity check in plain torch): the
+    validation under no_grad compiles 16 rows, recompiles for its last 14, and training recompiles
+    on the grad mode. eval-uncompiled edits validation_step's call (the function is called only
+    under no_grad), and answers both causes: Dynamo recompiles 2 -> 0."""
+    run = _copy(record_run, tmp_path, str(ROOT / "tests" / "scripts" / "sanity_validation_first.py"))
+    proc, data = _verify(run, "--fix", "eval-uncompiled")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    v = data["verification"]
+    (fix,) = v["fixes"]
+    kinds = {c["number"]: c["guard_kind"] for c in data["modes"]["ca"]["explanation"]["causes"]}
+    assert sorted(kinds[n] for n in fix["causes"]) == ["grad_mode", "size"], (fix["causes"], kinds)
+    assert '+    return float(nn.functional.cross_entropy(getattr(model, "_orig_mod", model)(x), y))' in fix["patch"]["diff"]
+    assert (v["baseline"]["dynamo_recompiles"], fix["measured"]["dynamo_recompiles"]) == ([2], [0])
+    assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]

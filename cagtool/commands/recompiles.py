@@ -171,7 +171,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     from cagtool.record.seal import check_job, sealed_bytes
     from cagtool.verify.fixes import fixes_for, patch_fix, unanswered_causes
     from cagtool.verify.last_batch import drop_last_patch, fix_call
-    from cagtool.verify.patches import patch_for
+    from cagtool.verify.patches import patch_for, with_evaluations_recompiles
     from cagtool.verify.verification import estimate_seconds, rerun_key, verify
 
     # Before the record's script is read for a patch or anything runs: a job this user recorded, unchanged.
@@ -201,6 +201,8 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     for cause in explanation.causes:
         if cause.number not in configured and (patch := patch_for(cause, script, display, source, list(record.meta.target_argv or ())[1:])) is not None:
             patches[cause.number] = patch
+    if script is not None:
+        patches = {n: with_evaluations_recompiles(p, explanation.causes, script) for n, p in patches.items()}
     _one_run_a_patch(patches)
     recorded = record.modes.get(mode)
     if recorded is not None and recorded.processes:

@@ -25,6 +25,7 @@ class Patch:
     why_not: str | None = None
     who: str = YOUR_CODE
     patched: str | None = None
+    edited: tuple[int, ...] = ()  # the script's lines the edit changes, where a cause's evidence is read against them
 
     def to_dict(self) -> dict:
         return {"name": self.name, "causes": list(self.causes), "title": self.title, "file": self.file, "line": self.line,

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import ast
 import os
+from dataclasses import replace
 
 from cagtool.report.recompiles.explain import (
     TEMPLATE_NODE,
@@ -484,26 +485,47 @@ def _turns_grad_off(node: ast.expr) -> bool:
 
 def _calls_with_grad_off(tree: ast.AST, callee: str) -> list[ast.Call]:
     """The calls of `callee` (its code: `model`, `self.net`) that the script makes with grad off:
-    inside a `with torch.no_grad():` (or inference_mode, set_grad_enabled(False)) or a function
-    decorated with one, in the order they come."""
-    found: list[ast.Call] = []
+    inside a `with torch.no_grad():` (or inference_mode, set_grad_enabled(False)), a function
+    decorated with one, or a function of the script's that it calls only from such places (an
+    evaluation's `validation_step(x, y)` called in a no_grad loop), in the order they come."""
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    off_functions: set[str] = set()  # called only with grad off: their bodies run with grad off
 
-    def visit(node: ast.AST, off: bool) -> None:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            off = off or any(_turns_grad_off(d) for d in node.decorator_list)
-        if isinstance(node, (ast.With, ast.AsyncWith)) and any(_turns_grad_off(item.context_expr) for item in node.items):
-            for item in node.items:
-                visit(item, off)
-            for stmt in node.body:
-                visit(stmt, True)
-            return
-        if off and isinstance(node, ast.Call) and ast.unparse(node.func) == callee:
-            found.append(node)
-        for child in ast.iter_child_nodes(node):
-            visit(child, off)
+    def calls(off_functions: set[str]) -> list[tuple[ast.Call, bool]]:
+        """Every call in the script with whether it runs with grad off."""
+        found: list[tuple[ast.Call, bool]] = []
 
-    visit(tree, False)
-    return sorted(found, key=lambda call: (call.lineno, call.col_offset))
+        def visit(node: ast.AST, off: bool) -> None:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                off = any(_turns_grad_off(d) for d in node.decorator_list) or node.name in off_functions
+            if isinstance(node, (ast.With, ast.AsyncWith)) and any(_turns_grad_off(item.context_expr) for item in node.items):
+                for item in node.items:
+                    visit(item, off)
+                for stmt in node.body:
+                    visit(stmt, True)
+                return
+            if isinstance(node, ast.Call):
+                found.append((node, off))
+            for child in ast.iter_child_nodes(node):
+                visit(child, off)
+
+        visit(tree, False)
+        return found
+
+    for _ in range(3):  # an evaluation's helper called by a helper called under no_grad
+        found = calls(off_functions)
+        by_function: dict[str, set[bool]] = {}
+        for call, off in found:
+            name = call.func.id if isinstance(call.func, ast.Name) else call.func.attr if (
+                isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self") else None
+            if name in defined:
+                by_function.setdefault(name, set()).add(off)
+        more = {name for name, offs in by_function.items() if offs == {True}}
+        if more <= off_functions:
+            break
+        off_functions |= more
+    return sorted((call for call, off in calls(off_functions) if off and ast.unparse(call.func) == callee),
+                  key=lambda call: (call.lineno, call.col_offset))
 
 
 def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
@@ -555,9 +577,27 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
         except SyntaxError:
             continue
         return Patch(name, (cause.number,), title, display, calls[0].lineno, unified_diff(display, lines, after), True,
-                     patched="".join(after))
+                     patched="".join(after), edited=tuple(sorted({c.func.lineno for c in calls})))
     return Patch(name, (cause.number,), title, display, call.line, "", False,
                  f"the edited calls of `{callee}` do not parse (inside f-strings of both quotes): edit them by hand")
+
+
+def with_evaluations_recompiles(patch: Patch, causes: list[Cause], script: str) -> Patch:
+    """eval-uncompiled answers, besides the grad mode's cause, every other cause of a forward frame
+    whose recompiles were all compiled with grad off at a call it edits: an evaluation's last
+    batch (Lightning's sanity check, 16 rows then 14) is compiled no more once the evaluation runs
+    uncompiled, and the verdict then judges that cause too ("a cause it answers is still there")."""
+    if patch.name != "eval-uncompiled" or not patch.applicable:
+        return patch
+    more = []
+    for cause in causes:
+        ids = set(cause.facts.get("evaluation_ids") or ())
+        off = cause.between_steps or (bool(cause.rows) and all(row.compile_id in ids for row in cause.rows))
+        if (cause.number not in patch.causes and cause.code == CAUSE_DYNAMO_FRAME and cause.caused_by is None and off
+                and all(row.caller is not None and row.caller.line in patch.edited
+                        and os.path.realpath(row.caller.file) == os.path.realpath(script) for row in cause.rows)):
+            more.append(cause.number)
+    return replace(patch, causes=tuple(sorted((*patch.causes, *more)))) if more else patch
 
 
 def _template_cause(cause: Cause) -> bool:

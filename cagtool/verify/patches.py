@@ -483,12 +483,21 @@ def _turns_grad_off(node: ast.expr) -> bool:
             and isinstance(node.args[0], ast.Constant) and node.args[0].value is False)
 
 
+_LIGHTNING_EVALUATION = frozenset({"validation_step", "test_step", "predict_step"})
+
+
 def _calls_with_grad_off(tree: ast.AST, callee: str) -> list[ast.Call]:
     """The calls of `callee` (its code: `model`, `self.net`) that the script makes with grad off:
     inside a `with torch.no_grad():` (or inference_mode, set_grad_enabled(False)), a function
-    decorated with one, or a function of the script's that it calls only from such places (an
-    evaluation's `validation_step(x, y)` called in a no_grad loop), in the order they come."""
+    decorated with one, a function of the script's that it calls only from such places (an
+    evaluation's `validation_step(x, y)` called in a no_grad loop), or a LightningModule's
+    validation_step, test_step or predict_step, in the order they come."""
     defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    # A LightningModule's evaluation hooks: Lightning runs them with grad off (torch.no_grad in fit()'s
+    # validation, its sanity check's too; inference_mode in validate(), test(), predict()).
+    hooks = {id(item) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+             and any(ast.unparse(base).endswith("LightningModule") for base in node.bases)
+             for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in _LIGHTNING_EVALUATION}
     off_functions: set[str] = set()  # called only with grad off: their bodies run with grad off
 
     def calls(off_functions: set[str]) -> list[tuple[ast.Call, bool]]:
@@ -497,7 +506,7 @@ def _calls_with_grad_off(tree: ast.AST, callee: str) -> list[ast.Call]:
 
         def visit(node: ast.AST, off: bool) -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                off = any(_turns_grad_off(d) for d in node.decorator_list) or node.name in off_functions
+                off = any(_turns_grad_off(d) for d in node.decorator_list) or node.name in off_functions or id(node) in hooks
             if isinstance(node, (ast.With, ast.AsyncWith)) and any(_turns_grad_off(item.context_expr) for item in node.items):
                 for item in node.items:
                     visit(item, off)

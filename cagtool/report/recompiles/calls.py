@@ -33,7 +33,10 @@ def call_line(code: str | None) -> str:
 
 
 NOT_A_MODULE = frozenset({"print", "len", "float", "int", "str", "range", "list", "tuple", "dict", "sum", "max", "min", "abs", "round",
-                           "isinstance", "getattr", "enumerate", "zip", "next", "iter", "sorted", "any", "all", "format"})
+                           "isinstance", "getattr", "enumerate", "zip", "next", "iter", "sorted", "any", "all", "format",
+                           # a LightningModule's own methods, which its steps call around the model
+                           # (`self.log("val_loss", F.cross_entropy(self.model(x), y))`)
+                           "self.log", "self.log_dict", "self.print", "self.all_gather", "self.manual_backward"})
 
 
 def calls_on(code: str, start: re.Pattern[str] = CALL_START) -> list[tuple[str, str]]:

@@ -548,3 +548,38 @@ def test_an_evaluation_call_outside_a_no_grad_block_of_the_script_is_not_edited_
     patch = patch_for(library, str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not == ("the evaluation calls the compiled code in a library's code "
                                                       "(transformers/trainer.py:4405, reached from train.py:24): no call of the script's to edit")
+
+
+LIGHTNING_LIKE = textwrap.dedent("""\
+    import lightning as L
+    import torch
+    import torch.nn.functional as F
+
+    class Classifier(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = torch.compile(torch.nn.Linear(4, 2))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.cross_entropy(self.model(x), y)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_loss", F.cross_entropy(self.model(x), y))
+    """)
+
+
+def test_a_lightning_modules_validation_step_is_an_evaluation_and_its_log_call_is_not_the_module(tmp_path):
+    """Lightning runs validation_step with grad off (the script never calls it): its call of the
+    compiled module is edited, training_step's is not; the fix names `self.model`, never `self.log`."""
+    from cagtool.report.recompiles.calls import innermost_call, uncompiled_call
+
+    script = tmp_path / "train.py"
+    script.write_text(LIGHTNING_LIKE)
+    code = '        self.log("val_loss", F.cross_entropy(self.model(x), y))'
+    assert uncompiled_call(code) == "self.model._orig_mod(x)" and innermost_call(code) == ("self.model", ["x"])
+    patch = patch_for(_grad_mode_cause(script, 16, code), str(script), "train.py", script.read_bytes())
+    assert patch is not None and patch.applicable and patch.edited == (16,), patch.why_not
+    assert '        self.log("val_loss", F.cross_entropy(getattr(self.model, "_orig_mod", self.model)(x), y))\n' in patch.patched
+    assert "        return F.cross_entropy(self.model(x), y)\n" in patch.patched

@@ -550,36 +550,19 @@ def test_an_evaluation_call_outside_a_no_grad_block_of_the_script_is_not_edited_
                                                       "(transformers/trainer.py:4405, reached from train.py:24): no call of the script's to edit")
 
 
-LIGHTNING_LIKE = textwrap.dedent("""\
-    import lightning as L
-    import torch
-    import torch.nn.functional as F
 
-    class Classifier(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.model = torch.compile(torch.nn.Linear(4, 2))
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return F.cross_entropy(self.model(x), y)
-
-        def validation_step(self, batch, batch_idx):
-            x, y = batch
-            self.log("val_loss", F.cross_entropy(self.model(x), y))
-    """)
-
-
-def test_a_lightning_modules_validation_step_is_an_evaluation_and_its_log_call_is_not_the_module(tmp_path):
+def test_a_lightning_modules_validation_step_is_an_evaluation_and_its_log_call_is_not_the_module():
     """Lightning runs validation_step with grad off (the script never calls it): its call of the
     compiled module is edited, training_step's is not; the fix names `self.model`, never `self.log`."""
     from cagtool.report.recompiles.calls import innermost_call, uncompiled_call
 
-    script = tmp_path / "train.py"
-    script.write_text(LIGHTNING_LIKE)
-    code = '        self.log("val_loss", F.cross_entropy(self.model(x), y))'
+    script = Path(__file__).parent / "scripts" / "lightning_sanity_last_batch.py"
+    lines = script.read_text().splitlines()
+    line, code = next((n, text) for n, text in enumerate(lines, 1) if 'self.log("val_loss"' in text)
     assert uncompiled_call(code) == "self.model._orig_mod(x)" and innermost_call(code) == ("self.model", ["x"])
-    patch = patch_for(_grad_mode_cause(script, 16, code), str(script), "train.py", script.read_bytes())
-    assert patch is not None and patch.applicable and patch.edited == (16,), patch.why_not
-    assert '        self.log("val_loss", F.cross_entropy(getattr(self.model, "_orig_mod", self.model)(x), y))\n' in patch.patched
-    assert "        return F.cross_entropy(self.model(x), y)\n" in patch.patched
+    patch = patch_for(_grad_mode_cause(script, line, code), str(script), script.name, script.read_bytes())
+    assert patch is not None and patch.applicable and patch.edited == (line,), patch.why_not
+    assert code.replace("self.model(x)", 'getattr(self.model, "_orig_mod", self.model)(x)') + "\n" in patch.patched
+    start = next(n for n, text in enumerate(lines) if "def training_step" in text)
+    training = next(text for text in lines[start:] if "self.model(" in text)  # training's call, left compiled
+    assert patch.patched.count("getattr(") == 1 and training + "\n" in patch.patched

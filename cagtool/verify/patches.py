@@ -546,8 +546,8 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     so). Every call of that module the script makes with grad off is edited, not only the one the
     record names (an evaluation before training and one after each epoch): one left compiled would
     compile the evaluation's graph all the same. Applied where the record names the evaluation's
-    call, it is in the script, a plain call of a name (or one held on `self`), and inside a no_grad
-    block or function of the script itself."""
+    call, it is in the script, a plain call of a name (or one held on `self`), and runs with grad
+    off by the script's own code (`_calls_with_grad_off`)."""
     name, title = "eval-uncompiled", "evaluate with the module as it was before torch.compile"
     call = cause.facts.get("evaluation_call")
     if call is None:

@@ -103,10 +103,27 @@ def _root(
     _state["debug"] = debug
 
 
-def _debug_flag(ctx: Any, param: Any, value: bool) -> bool:
+def _debug_flag(value: bool) -> bool:
     if value:
         _state["debug"] = True
     return value
+
+
+@cache
+def _debug_param() -> Any:
+    """The `--debug` option each command carries, as typer itself builds an option (its public API:
+    a one-command app, then `typer.main.get_command`), so that it is made right by whichever typer
+    is installed (typer 0.29.2's TyperOption takes arguments 0.28's did not)."""
+    holder = typer.Typer(add_completion=False)
+
+    @holder.command()
+    def command(debug: bool = typer.Option(False, "--debug", is_eager=True, callback=_debug_flag,
+                                           help="Show full tracebacks for errors (also accepted before the command name).")) -> None:
+        """Only here to build the option."""
+
+    param = next(p for p in typer.main.get_command(holder).params if "--debug" in getattr(p, "opts", ()))
+    param.expose_value = False  # no command function takes it: the callback sets the root's flag
+    return param
 
 
 def _add_debug_option(command: Any) -> None:
@@ -118,10 +135,7 @@ def _add_debug_option(command: Any) -> None:
         _add_debug_option(sub)
     if any("--debug" in getattr(param, "opts", ()) for param in command.params):
         return
-    command.params.append(
-        typer.core.TyperOption(param_decls=["--debug"], is_flag=True, default=False, expose_value=False, is_eager=True,
-                               callback=_debug_flag, help="Show full tracebacks for errors (also accepted before the command name).")
-    )
+    command.params.append(_debug_param())
 
 
 @cache

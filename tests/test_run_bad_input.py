@@ -69,6 +69,7 @@ def test_bad_modes_option(tmp_path):
     (("--max-time", "nan"), "--max-time takes seconds from 0.1 to"),
     (("--max-time", "inf"), "--max-time takes seconds from 0.1 to"),
     (("--max-time", "1e10"), "--max-time takes seconds from 0.1 to"),
+    (("--max-time", "0.05"), "--max-time takes seconds from 0.1 to"),
     (("--json", "/nonexistent-dir/x.json"), "cannot write --json /nonexistent-dir/x.json: no directory"),
     (("--json", "/"), "cannot write --json /: it is a directory"),
     (("--gate",), "--gate with no gate thresholds"),

@@ -483,6 +483,7 @@ def _turns_grad_off(node: ast.expr) -> bool:
             and isinstance(node.args[0], ast.Constant) and node.args[0].value is False)
 
 
+EVAL_UNCOMPILED = ("eval-uncompiled", "evaluate with the module as it was before torch.compile")  # (name, title)
 _LIGHTNING_EVALUATION = frozenset({"validation_step", "test_step", "predict_step"})
 
 
@@ -548,7 +549,7 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     compile the evaluation's graph all the same. Applied where the record names the evaluation's
     call, it is in the script, a plain call of a name (or one held on `self`), and runs with grad
     off by the script's own code (`_calls_with_grad_off`)."""
-    name, title = "eval-uncompiled", "evaluate with the module as it was before torch.compile"
+    name, title = EVAL_UNCOMPILED
     call = cause.facts.get("evaluation_call")
     if call is None:
         return Patch(name, (cause.number,), title, display, None, "", False,
@@ -596,7 +597,7 @@ def with_evaluations_recompiles(patch: Patch, causes: list[Cause], script: str) 
     whose recompiles were all compiled with grad off at a call it edits: an evaluation's last
     batch (Lightning's sanity check, 16 rows then 14) is compiled no more once the evaluation runs
     uncompiled, and the verdict then judges that cause too ("a cause it answers is still there")."""
-    if patch.name != "eval-uncompiled" or not patch.applicable:
+    if patch.name != EVAL_UNCOMPILED[0] or not patch.applicable:
         return patch
     more = []
     for cause in causes:
@@ -617,9 +618,11 @@ def _template_cause(cause: Cause) -> bool:
     return cause.code == CAUSE_DYNAMO_CA_GRAPH and backward_function_class(cause.facts.get("guard") or "") == TEMPLATE_NODE
 
 
+_NOT_A_SCRIPT = "the job is not a script file cagtool can read (a module, or it moved)"
+
 _NOT_MECHANICAL = {
     CAUSE_STRUCTURE: "which ops to unify (a branch or a loop per step) is a design choice: no edit is made",
-    CAUSE_GRAD_DEFINED: "the job is not a script file cagtool can read (a module, or it moved)",
+    CAUSE_GRAD_DEFINED: _NOT_A_SCRIPT,
     CAUSE_DYNAMO_FRAME: "no failing guard recorded is on a Python value (it is on a tensor's size, an object's id or type): no local edit "
                         "makes it hold",
 }
@@ -634,26 +637,25 @@ def patch_for(cause: Cause, script: str | None, display: str | None, source: byt
     if _template_cause(cause):
         if script is None or source is None:
             return Patch("backend-aot-eager", (cause.number,), 'compile with backend="aot_eager"', display or "?", None, "", False,
-                         "the job is not a script file cagtool can read (a module, or it moved)")
+                         _NOT_A_SCRIPT)
         return backend_patch(cause, script, display or script, source, argv)
     if cause.code == CAUSE_DYNAMO_CA_GRAPH and cause.facts.get("hook"):
         if hook_filled_once(cause.facts):
             return None  # one recompile, cached: running the hook eagerly costs a graph break every backward (explain.py)
         if script is None or source is None:
             return Patch("hook-dynamo-disable", (cause.number,), "run the hook eagerly", display or "?", None, "", False,
-                         "the job is not a script file cagtool can read (a module, or it moved)")
+                         _NOT_A_SCRIPT)
         return hook_disable_patch(cause, script, display or script, source)
     if cause.code == CAUSE_HOOK:
         if script is None or source is None:
             return Patch("hook-before-loop", (cause.number,), "register the hook once, before the training loop", display or "?",
-                         None, "", False, "the job is not a script file cagtool can read (a module, or it moved)")
+                         None, "", False, _NOT_A_SCRIPT)
         return hook_patch(cause, script, display or script, source)
     if cause.code == CAUSE_GRAD_DEFINED and script is not None and source is not None:
         return zero_grad_patch(cause, script, display or script, source)
     if cause.code == CAUSE_DYNAMO_FRAME and cause.facts.get("kind") == GUARD_GRAD_MODE and not cause.facts.get("reentrant_recompute"):
         if script is None or source is None:
-            return Patch("eval-uncompiled", (cause.number,), "evaluate with the module as it was before torch.compile", display or "?",
-                         None, "", False, "the job is not a script file cagtool can read (a module, or it moved)")
+            return Patch(EVAL_UNCOMPILED[0], (cause.number,), EVAL_UNCOMPILED[1], display or "?", None, "", False, _NOT_A_SCRIPT)
         return eval_uncompiled_patch(cause, script, display or script, source)
     if cause.code == CAUSE_DYNAMO_FRAME:
         patch = value_patch(cause, script, display, source)

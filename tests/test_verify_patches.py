@@ -76,6 +76,14 @@ def test_a_hook_registered_mid_run_moves_before_the_loop(tmp_path):
     assert script.read_text() == MIDRUN  # the user's file is never written
 
 
+def test_a_script_outside_the_runs_directory_is_diffed_at_its_absolute_path(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN)
+    patch = patch_for(_hook_cause(), str(script), str(script), script.read_bytes())
+    assert patch is not None and patch.applicable
+    assert patch.diff.splitlines()[:2] == [f"--- {script}", f"+++ {script}"]  # patch -p0, never a//abs
+
+
 def test_a_hook_that_needs_the_loops_values_is_not_moved_and_says_why(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(MIDRUN.replace("register_hook(lambda grad: grad.clamp(-1.0, 1.0))", "register_hook(lambda grad: grad * step)"))

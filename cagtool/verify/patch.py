@@ -33,7 +33,10 @@ class Patch:
 
 
 def unified_diff(path: str, before: list[str], after: list[str]) -> str:
-    return "".join(difflib.unified_diff(before, after, fromfile=f"a/{path}", tofile=f"b/{path}"))
+    """The edit as a unified diff: git's a/ b/ prefixes on a path relative to the run's directory
+    (`git apply`, `patch -p1`), an absolute path as it is (`patch -p0`), never `a//abs`."""
+    old, new = (path, path) if path.startswith("/") else (f"a/{path}", f"b/{path}")
+    return "".join(difflib.unified_diff(before, after, fromfile=old, tofile=new))
 
 
 def imports_torch(tree: ast.Module) -> bool:

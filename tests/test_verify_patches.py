@@ -574,3 +574,53 @@ def test_a_lightning_modules_validation_step_is_an_evaluation_and_its_log_call_i
     start = next(n for n, text in enumerate(lines) if "def training_step" in text)
     training = next(text for text in lines[start:] if "self.model(" in text)  # training's call, left compiled
     assert patch.patched.count("getattr(") == 1 and training + "\n" in patch.patched
+
+
+EVAL_MODE_WITH_GRAD = textwrap.dedent("""\
+    import torch
+
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1)))
+
+    def evaluate():
+        model.eval()
+        if True:
+            out = model(torch.ones(2, 4)).mean()
+        model.train()
+        return out + model(torch.ones(2, 4)).mean()
+
+    def sweep():
+        model.train(False)
+        return evaluate()
+
+    for step in range(4):
+        loss = model(torch.ones(3, 4)).sum()
+        loss.backward()
+        print(evaluate())
+    """)
+
+
+def _train_eval_cause(script: Path, line: int, code: str, backward_through: bool = False) -> Cause:
+    from cagtool.record.schema import SourceRef
+
+    return Cause(CAUSE_DYNAMO_FRAME, [], number=1, facts={"kind": "value", "train_eval": ("body.1", "Dropout", False),
+                                                          "backward_through": backward_through,
+                                                          "evaluation_call": SourceRef(str(script), line, code)})
+
+
+def test_an_evaluation_in_eval_mode_with_grad_on_is_run_uncompiled_between_eval_and_train(tmp_path):
+    """A module switched to eval() for an evaluation that keeps grad on recompiles on its `training`
+    flag: eval-uncompiled edits the calls made after `model.eval()` and before `model.train()` of the
+    same block (nested blocks included), never the call after `.train()` nor training's."""
+    script = tmp_path / "train.py"
+    script.write_text(EVAL_MODE_WITH_GRAD)
+    patch = patch_for(_train_eval_cause(script, 8, "        out = model(torch.ones(2, 4)).mean()"), str(script), "train.py", script.read_bytes())
+    assert patch is not None and patch.name == "eval-uncompiled" and patch.applicable and patch.edited == (8,), patch.why_not
+    assert '        out = getattr(model, "_orig_mod", model)(torch.ones(2, 4)).mean()\n' in patch.patched
+    assert "    return out + model(torch.ones(2, 4)).mean()\n" in patch.patched  # after .train(): training mode, compiled
+    assert "    loss = model(torch.ones(3, 4)).sum()\n" in patch.patched
+    # A module frozen in eval mode for training (a backward ran through the eval-mode graph) is no evaluation.
+    frozen = patch_for(_train_eval_cause(script, 8, "x", backward_through=True), str(script), "train.py", script.read_bytes())
+    assert frozen is not None and frozen.name != "eval-uncompiled" and not frozen.applicable
+    # A call of the module made in training mode is refused with why.
+    patch = patch_for(_train_eval_cause(script, 18, "    loss = model(torch.ones(3, 4)).sum()"), str(script), "train.py", script.read_bytes())
+    assert not patch.applicable and patch.why_not.startswith("the evaluation's call at line 18 is after no `.eval()` of its block"), patch.why_not

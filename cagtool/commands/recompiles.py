@@ -377,7 +377,8 @@ def recompiles(
     custom autograd.Function in code compiled with backend="eager", compiled with "aot_eager";
     drop-last: the training DataLoader's smaller last batch dropped, drop_last=True, its losses
     not compared since it trains on fewer samples; eval-uncompiled: an evaluation under no_grad
-    that recompiles the model training uses calls the module before torch.compile); a code change it cannot make is shown with why not. A patch must keep what the job does: the backward hooks
+    (or after model.eval()) that recompiles the model training uses calls the module before
+    torch.compile); a code change it cannot make is shown with why not. A patch must keep what the job does: the backward hooks
     run are counted in each re-run, and a fix that runs fewer is harmful. A recompile torch's own PGO explains carries torch's suggestion verbatim, and
     torch-pgo verifies that suggestion applied as torch words it (torch-pgo-ca-dynamic: with
     ca-dynamic, where torch's list names the CA graph's inputs). Every fix, by the name --fix takes:

@@ -487,12 +487,31 @@ EVAL_UNCOMPILED = ("eval-uncompiled", "evaluate with the module as it was before
 _LIGHTNING_EVALUATION = frozenset({"validation_step", "test_step", "predict_step"})
 
 
-def _calls_with_grad_off(tree: ast.AST, callee: str) -> list[ast.Call]:
+def _switches_to(stmt: ast.stmt) -> bool | None:
+    """Where a statement switches a module to eval mode (`model.eval()`, `model.train(False)`): True;
+    back to training (`model.train()`, `.train(True)`): False; else None."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute)):
+        return None
+    call = stmt.value
+    if call.func.attr == "eval" and not call.args and not call.keywords:
+        return True
+    if call.func.attr == "train" and not call.keywords and len(call.args) <= 1:
+        if not call.args:
+            return False
+        if isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, bool):
+            return not call.args[0].value
+    return None
+
+
+def _calls_with_grad_off(tree: ast.AST, callee: str, eval_mode: bool = False) -> list[ast.Call]:
     """The calls of `callee` (its code: `model`, `self.net`) that the script makes with grad off:
     inside a `with torch.no_grad():` (or inference_mode, set_grad_enabled(False)), a function
     decorated with one, a function of the script's that it calls only from such places (an
     evaluation's `validation_step(x, y)` called in a no_grad loop), or a LightningModule's
-    validation_step, test_step or predict_step, in the order they come."""
+    validation_step, test_step or predict_step, in the order they come. `eval_mode`: the calls made
+    in eval mode instead: after a `model.eval()` statement and before the next `model.train()` of
+    the same block (or one it nests), in a function called only from such places, or in a
+    LightningModule's evaluation hooks (Lightning switches the module to eval() for them)."""
     defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     # A LightningModule's evaluation hooks: Lightning runs them with grad off (torch.no_grad in fit()'s
     # validation, its sanity check's too; inference_mode in validate(), test(), predict()).
@@ -507,8 +526,8 @@ def _calls_with_grad_off(tree: ast.AST, callee: str) -> list[ast.Call]:
 
         def visit(node: ast.AST, off: bool) -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                off = any(_turns_grad_off(d) for d in node.decorator_list) or node.name in off_functions or id(node) in hooks
-            if isinstance(node, (ast.With, ast.AsyncWith)) and any(_turns_grad_off(item.context_expr) for item in node.items):
+                off = (not eval_mode and any(_turns_grad_off(d) for d in node.decorator_list)) or node.name in off_functions or id(node) in hooks
+            if not eval_mode and isinstance(node, (ast.With, ast.AsyncWith)) and any(_turns_grad_off(item.context_expr) for item in node.items):
                 for item in node.items:
                     visit(item, off)
                 for stmt in node.body:
@@ -516,8 +535,19 @@ def _calls_with_grad_off(tree: ast.AST, callee: str) -> list[ast.Call]:
                 return
             if isinstance(node, ast.Call):
                 found.append((node, off))
-            for child in ast.iter_child_nodes(node):
-                visit(child, off)
+            for _, value in ast.iter_fields(node):
+                if eval_mode and isinstance(value, list) and value and all(isinstance(v, ast.stmt) for v in value):
+                    state = off  # a block's statements in order: `.eval()` switches the rest of it
+                    for stmt in value:
+                        visit(stmt, state)
+                        switched = _switches_to(stmt)
+                        state = state if switched is None else switched
+                elif isinstance(value, list):
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            visit(item, off)
+                elif isinstance(value, ast.AST):
+                    visit(value, off)
 
         visit(tree, False)
         return found
@@ -570,11 +600,13 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
         return Patch(name, (cause.number,), title, display, call.line, "", False,
                      f"line {call.line} holds no call of a module by its name (`model(x)`, `self.net(x)`)")
     callee = found[0]
-    calls = _calls_with_grad_off(tree, callee)
+    eval_mode = bool(cause.facts.get("train_eval"))
+    calls = _calls_with_grad_off(tree, callee, eval_mode=eval_mode)
     if not any(c.func.lineno == call.line for c in calls):
+        where = ("after no `.eval()` of its block (nor in a function called only from such places) in the script" if eval_mode else
+                 "in no `with torch.no_grad():` block (or inference_mode) nor a function decorated with one in the script")
         return Patch(name, (cause.number,), title, display, call.line, "", False,
-                     f"the evaluation's call at line {call.line} is in no `with torch.no_grad():` block (or inference_mode) nor a "
-                     "function decorated with one in the script: its other calls cannot be told from training's")
+                     f"the evaluation's call at line {call.line} is {where}: its other calls cannot be told from training's")
     if any(c.func.lineno != c.func.end_lineno for c in calls):
         return Patch(name, (cause.number,), title, display, call.line, "", False, f"a call of `{callee}` spans lines: not a one-line edit")
     lines = text.splitlines(keepends=True)
@@ -653,7 +685,8 @@ def patch_for(cause: Cause, script: str | None, display: str | None, source: byt
         return hook_patch(cause, script, display or script, source)
     if cause.code == CAUSE_GRAD_DEFINED and script is not None and source is not None:
         return zero_grad_patch(cause, script, display or script, source)
-    if cause.code == CAUSE_DYNAMO_FRAME and cause.facts.get("kind") == GUARD_GRAD_MODE and not cause.facts.get("reentrant_recompute"):
+    if cause.code == CAUSE_DYNAMO_FRAME and not cause.facts.get("reentrant_recompute") and (
+            cause.facts.get("kind") == GUARD_GRAD_MODE or (cause.facts.get("train_eval") and not cause.facts.get("backward_through"))):
         if script is None or source is None:
             return Patch(EVAL_UNCOMPILED[0], (cause.number,), EVAL_UNCOMPILED[1], display or "?", None, "", False, _NOT_A_SCRIPT)
         return eval_uncompiled_patch(cause, script, display or script, source)

@@ -631,16 +631,22 @@ def _one_call_site_loop(table: RecompileTable, cause: Cause) -> SourceRef | None
     return first.caller
 
 
-def _evaluation_call(table: RecompileTable, cause: Cause, after: bool | None) -> SourceRef | None:
+def _evaluation_call(table: RecompileTable, cause: Cause, after: bool | None, train_eval: bool = False) -> SourceRef | None:
     """Where a grad-mode cause's evaluation called the compiled code, the user's line: the
     recompile's own caller where the recompile was the evaluation's (`after` False: grad off after
     training), else (`after` True: an evaluation first) the caller of the compile whose entry failed
-    when grad came back on. None where it is not known, or the compiles name several lines."""
+    when grad came back on. None where it is not known, or the compiles name several lines.
+    `train_eval`: the same for a cause on a module's train/eval flag (`after` True: training now,
+    after an evaluation in eval mode)."""
+    def failed_here(message: str) -> bool:
+        guard = guard_text(message)
+        return training_guard(guard) is not None if train_eval else guard_kind(guard) == GUARD_GRAD_MODE
+
     if after is False:
         found = {(row.caller.file, row.caller.line): row.caller for row in cause.rows if row.caller is not None}
     elif after is True and table.phases is not None:
         entries = {cid for row in cause.rows for m in row.messages
-                   if guard_kind(guard_text(m)) == GUARD_GRAD_MODE and (cid := reason_compile_id(m.strip().splitlines()[0]))}
+                   if failed_here(m) and (cid := reason_compile_id(m.strip().splitlines()[0]))}
         found = {(c.caller.file, c.caller.line): c.caller for c in table.phases.compiles if c.compile_id in entries and c.caller is not None}
     else:
         return None
@@ -763,13 +769,14 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # for grad on (training after an evaluation), False for off (an evaluation after training).
         "grad_mode_after": (after := modes.pop() if len(modes := {table.grad_modes.get(row.compile_id) for row in cause.rows}) == 1 else None),
         # ... and the user's line where the evaluation called the compiled code (grad off), where one is known.
-        "evaluation_call": _evaluation_call(table, cause, after),
+        "evaluation_call": (_evaluation_call(table, cause, train_eval[2], train_eval=True) if (train_eval := _train_eval(known, changes))
+                            else _evaluation_call(table, cause, after)),
         # ... and whether the evaluation's compile ran under torch.inference_mode() (True) or
         # torch.no_grad() (False), where the guard trees say it and agree.
         "inference_mode": flags.pop() if len(flags := {table.inference_modes.get(row.compile_id) for row in cause.rows}) == 1 else None,
         # Every failing guard is on a module's train/eval flag (`fn._modules['1'].training == True`):
         # (the module's name under the compiled module, its class, whether it is training now).
-        "train_eval": _train_eval(known, changes),
+        "train_eval": train_eval,
         # Every failing guard is a tensor's dispatch keys losing (True) or gaining (False) the autograd
         # keys: a call under torch.inference_mode() after calls outside it, or the other way.
         # Every failing guard tells a call passing the frame's argument as None from one passing a
@@ -3020,6 +3027,22 @@ def _evaluation_skip(facts: dict[str, Any], code: str, cwd: str) -> str:
     return f"{_grad_mode_skip(code, off)})."
 
 
+def _train_eval_skip(facts: dict[str, Any], cwd: str) -> str:
+    """A train/eval cause's fix that skips the evaluation's compile, at the evaluation's own call
+    where the record names it; else at the line that called the compiled code (the guard's line is
+    inside the compiled forward, no call of the compiled module: never the one to edit)."""
+    same = "`.eval()` and `.train()` on either switch the same modules"
+    call = facts.get("evaluation_call")
+    if call is not None and call.code and not call.via:
+        return (f"{_grad_mode_skip(call.code, '')}; {same}, at the evaluation's call, "
+                f"{format_source(call, cwd, with_code=False)}: `{call.code.strip()}`).")
+    caller = facts.get("caller")
+    code = caller.code if caller is not None and caller.code and not caller.via else ""
+    if facts["train_eval"][2]:
+        return f"{_grad_mode_skip(code, '', training_call=True)}; {same}, at the evaluation's call: the recompiling call named here is training's)."
+    return f"{_grad_mode_skip(code, '')}; {same})."
+
+
 def hook_filled_once(facts: dict[str, Any]) -> bool:
     """A traced hook recompiled on its container's emptiness (`not norms`: empty at the first
     compile), once, then never again: the container filled and kept its size."""
@@ -3160,10 +3183,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
     if facts.get("train_eval"):
         return ["Nothing to fix: the train-mode graph and the eval-mode graph are both cached after their first call."
                 if once else "Keep each compiled call in one mode: every train/eval mode gets its own graph.",
-                _grad_mode_skip(code, "", training_call=facts["train_eval"][2])
-                + ("; `.eval()` and `.train()` on either switch the same modules, at the evaluation's call: the recompiling call "
-                   "named here is training's)." if facts["train_eval"][2] else "; `.eval()` and `.train()` on either switch the same modules).")
-                + COMPILED_IN_PLACE_SKIP]
+                _train_eval_skip(facts, cwd) + COMPILED_IN_PLACE_SKIP]
     if kind == GUARD_GLOBAL_STATE:
         if "autocast" in guard:
             same = ("each setting has its own forward graph, and its own backward graph (autocast's casts are nodes in it), "

@@ -143,6 +143,16 @@ def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_
     assert title_te.startswith("Dynamo recompiled forward frame 0: submodule `1` (a Dropout) was switched to eval() (1 recompile)")
     assert "guards on the `training` flag of each module the forward runs" in why_te and "Python value" not in title_te
     assert fix_te.startswith("Nothing to fix") and "`cmodel._orig_mod(x)`" in fix_te
+    # ... at the evaluation's own call, the one --verify's eval-uncompiled edits (with the other
+    # call made after a `model.eval()`, the inference-mode evaluation's), never training's
+    lines = (ROOT / "tests" / "scripts" / "train_eval_modes.py").read_text().splitlines()
+    val = next(n for n, text in enumerate(lines, 1) if text.startswith("    val = "))
+    assert train_eval.facts["evaluation_call"].line == val
+    assert f"at the evaluation's call, tests/scripts/train_eval_modes.py:{val}: `val = nn.functional.mse_loss(cmodel(x), y)`" in fix_te
+    script = ROOT / "tests" / "scripts" / "train_eval_modes.py"
+    patch = patch_for(train_eval, str(script), script.name, script.read_bytes())
+    assert patch is not None and patch.name == "eval-uncompiled" and patch.applicable, patch
+    assert patch.edited == (next(n for n, text in enumerate(lines, 1) if "out = cmodel(held_out)" in text), val)
     assert grad_mode.facts["kind"] == GUARD_GRAD_MODE and grad_mode.facts["inference_mode"] is True
     assert "the grad mode changed (a call under torch.inference_mode(), as in an evaluation)" in title_gm and "no_grad" not in title_gm
     assert "grad mode off (torch.inference_mode(), as an evaluation does)" in why_gm
@@ -259,6 +269,22 @@ def test_a_batchnorm_frozen_for_training_is_not_told_to_evaluate_uncompiled(reco
     fixes = " ".join(words.fix)
     assert words.title.endswith("submodule `1` (a BatchNorm1d) was switched to eval() (1 recompile)")
     assert "switch it before the first compiled call" in fixes and "_orig_mod" not in fixes
+
+
+def test_a_train_eval_fix_never_names_a_call_inside_the_compiled_forward():
+    """The guard on a submodule's `training` flag is installed at a line inside the compiled forward
+    (`return self.body(x)`): the module to call uncompiled is the one the evaluation called, at its
+    own line, never `self.body._orig_mod(x)` (no such attribute: self.body was never compiled)."""
+    from cagtool.record.schema import SourceRef
+    from cagtool.report.recompiles.explain import _guard_fixes
+
+    facts = {"train_eval": ("body.2", "Dropout", False), "kind": "value", "stabilised": True,
+             "guard": "self._modules['body']._modules['2'].training == True",
+             "caller": SourceRef("/w/train.py", 17, "    loss = model(x)"), "evaluation_call": None}
+    for call in (None, SourceRef("/w/train.py", 17, "    loss = model(x)")):
+        fix = _guard_fixes({**facts, "evaluation_call": call}, False, "return self.body(x)", "/w")[1]
+        assert "`model._orig_mod(x)`" in fix and "self.body" not in fix, fix
+        assert ("at the evaluation's call, train.py:17: `loss = model(x)`" in fix) == (call is not None), fix
 
 
 def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):

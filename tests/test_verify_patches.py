@@ -624,3 +624,29 @@ def test_an_evaluation_in_eval_mode_with_grad_on_is_run_uncompiled_between_eval_
     # A call of the module made in training mode is refused with why.
     patch = patch_for(_train_eval_cause(script, 18, "    loss = model(torch.ones(3, 4)).sum()"), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not.startswith("the evaluation's call at line 18 is after no `.eval()` of its block"), patch.why_not
+
+
+def test_the_evaluations_call_edited_is_the_compiled_models_not_a_call_around_it_or_inside_it(tmp_path):
+    """`val = model(input_ids=batch(32), labels=batch(32)).loss` (an HF model fed by a batch maker)
+    and `criterion(model(x), y)`: the call edited is the one of the name the script assigned a
+    torch.compile result to, never `batch` (a re-run that changed nothing: NO EFFECT) nor the loss."""
+    source = textwrap.dedent("""\
+        import torch
+
+        net = torch.nn.Linear(4, 1)
+        model = torch.compile(net)
+        criterion = torch.nn.MSELoss()
+
+        def batch(n):
+            return torch.ones(n, 4)
+
+        with torch.no_grad():
+            val = model(batch(2)).sum()
+            loss = criterion(model(batch(3)), torch.ones(3, 1))
+        """)
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    patch = patch_for(_grad_mode_cause(script, 11, "    val = model(batch(2)).sum()"), str(script), "train.py", script.read_bytes())
+    assert patch is not None and patch.applicable and patch.edited == (11, 12), patch.why_not
+    assert '    val = getattr(model, "_orig_mod", model)(batch(2)).sum()\n' in patch.patched
+    assert '    loss = criterion(getattr(model, "_orig_mod", model)(batch(3)), torch.ones(3, 1))\n' in patch.patched

@@ -73,7 +73,7 @@ from cagtool.report.recompiles.explain import (
 from cagtool.verify.fixes import on_a_size
 from cagtool.verify.patch import Patch, imports_torch, replace_expr, unified_diff
 from cagtool.verify.value_patches import value_patch
-from cagtool.report.recompiles.calls import innermost_call
+from cagtool.report.recompiles.calls import compiled_call, innermost_call
 from cagtool.torch_text import GUARD_GRAD_MODE, GUARD_ID, GUARD_SIZE, GUARD_TYPE, backward_function_class
 
 # torch's registration calls whose hook becomes part of the autograd graph compiled autograd keys on.
@@ -487,6 +487,25 @@ EVAL_UNCOMPILED = ("eval-uncompiled", "evaluate with the module as it was before
 _LIGHTNING_EVALUATION = frozenset({"validation_step", "test_step", "predict_step"})
 
 
+def _compiled_names(tree: ast.AST) -> set[str]:
+    """The names the script holds compiled code under: assigned a `torch.compile(...)` result
+    (`model = torch.compile(model)`, `self.model = torch.compile(net)`), compiled in place
+    (`model.compile()`), or a function decorated with `@torch.compile`: which call of a line that
+    makes several (`model(input_ids=batch(32))`) is the compiled one."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "torch.compile":
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, (ast.Name, ast.Attribute)):
+                    names.add(ast.unparse(target))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile" and ast.unparse(node.func.value) != "torch":
+            names.add(ast.unparse(node.func.value))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                ast.unparse(d.func if isinstance(d, ast.Call) else d) == "torch.compile" for d in node.decorator_list):
+            names.add(node.name)
+    return names
+
+
 def _switches_to(stmt: ast.stmt) -> bool | None:
     """Where a statement switches a module to eval mode (`model.eval()`, `model.train(False)`): True;
     back to training (`model.train()`, `.train(True)`): False; else None."""
@@ -595,7 +614,7 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     if isinstance(parsed, str):
         return Patch(name, (cause.number,), title, display, None, "", False, parsed)
     text, tree = parsed
-    found = innermost_call(call.code or "")
+    found = compiled_call(call.code or "", cause.facts.get("argnames") or (), _compiled_names(tree)) or innermost_call(call.code or "")
     if found is None:
         return Patch(name, (cause.number,), title, display, call.line, "", False,
                      f"line {call.line} holds no call of a module by its name (`model(x)`, `self.net(x)`)")

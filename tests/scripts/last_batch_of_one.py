@@ -2,7 +2,9 @@
 epochs. The forward is compiled with a graph break inside (two frames). Dynamo specialises a size
 of 0 or 1 even in a dimension marked dynamic, so `--mark` (torch._dynamo.maybe_mark_dynamic on the
 batch, the usual fix for a smaller last batch) still recompiles each frame at the batch of one, on
-the guard `2 <= x.size()[0]`; only dropping that batch (`--drop-last`) leaves no recompile."""
+the guard `2 <= x.size()[0]`; only dropping that batch (`--drop-last`) leaves no recompile.
+`--evaluate` evaluates under torch.no_grad() after each epoch: one evaluation recompiles both
+frames on the grad mode."""
 
 import sys
 
@@ -11,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 torch.manual_seed(0)
-mark, drop_last = "--mark" in sys.argv, "--drop-last" in sys.argv
+mark, drop_last, evaluate = "--mark" in sys.argv, "--drop-last" in sys.argv, "--evaluate" in sys.argv
 
 
 class Net(nn.Module):
@@ -38,4 +40,7 @@ for epoch in range(2):
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+    if evaluate:
+        with torch.no_grad():
+            print(f"epoch {epoch}: held-out {compiled(torch.ones(4, 6)).mean().item():.4f}")
 print("trained 2 epochs")

@@ -11,7 +11,7 @@ from cagtool.report.recompiles.budget import FrameBudget, ModeBudget
 from cagtool.report.recompiles.phases import PHASE_WORDS, ModePhases, PhasedCompile
 from cagtool.report.recompiles.reads import INSIDE_CAPTURES_WORDS, display_path, format_source
 from cagtool.report.recompiles.table import RecompileTable
-from cagtool.report.recompiles.unexpected import unexpected_causes, unexpected_lines
+from cagtool.report.recompiles.unexpected import texts, unexpected_causes, unexpected_lines
 
 
 def _plural(n: int, word: str) -> str:
@@ -191,7 +191,7 @@ def summary_phase_lines(record: ModeRecord) -> list[str]:
     # The summary lists these recompiles with their guards just above: this line is their phase, not another recompile.
     lines = [f"phase of {phased_text(c, cwd)}" for c in noted_recompiles(mode_phases(record))]
     # ... and the cause of those torch's guard says little of (a grad mode changed around the call): "cause of", not a second "recompile".
-    lines += [f"cause of {c.text(cwd)}" for c in unexpected_causes(record)]
+    lines += [f"cause of {text}" for text in texts(unexpected_causes(record), cwd)]
     budget = budget_of(record)
     if any(f.hit is not None or f.forecast_step is not None for f in budget.frames):
         lines += [f"budget: {frame_budget_text(f, cwd)}" for f in budget.frames if f.hit is not None or f.forecast_step is not None]

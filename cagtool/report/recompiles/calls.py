@@ -5,6 +5,7 @@ name it calls and with what (`cmodel(xv)`), and that call as the module before t
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 
 
 # A call of a plain name or of a module the caller holds (`self.net(x)`), not of another attribute (`x.view(...)`).
@@ -54,11 +55,54 @@ def calls_on(code: str, start: re.Pattern[str] = CALL_START) -> list[tuple[str, 
     return found
 
 
-def uncompiled_call(code: str) -> str:
+_KEYWORD = re.compile(r"^([A-Za-z_]\w*)\s*=(?!=)")
+
+
+def _fit(args: str, params: Sequence[str]) -> tuple[bool, int]:
+    """Whether a call's arguments can bind to the compiled function's parameters (`params`, in
+    order, `self` first for a method; *args and **kwargs are not among them): no more positional
+    arguments than parameters; and how many of its keywords are parameters' names."""
+    parts = split_arguments(args) if args else []
+    keywords = [m[1] for p in parts if (m := _KEYWORD.match(p))]
+    positional = [p for p in parts if not _KEYWORD.match(p) and not p.startswith("*")]
+    own = list(params)[1:] if list(params)[:1] == ["self"] else list(params)
+    return len(positional) <= len(own), sum(k in own for k in keywords)
+
+
+def compiled_call(code: str, params: Sequence[str] = (), compiled: Collection[str] = ()) -> tuple[str, str] | None:
+    """(name, arguments) of the call at a user's line that called the compiled function, among the
+    calls of a plain name or of one held on `self` that is not a builtin: the one whose name the
+    script assigned a torch.compile result to (`compiled`, where known: verify/patches.py reads it
+    from the script); else, where the compiled function's parameters are known (`params`, the
+    record's co_argnames), the one whose arguments bind to them, the most keywords named first
+    (`criterion(model(x), y)` against `forward(self, x)`: model, whose one argument fits;
+    `model(input_ids=batch(32))`: model, not batch), the outermost of equals; None where the line
+    holds no such call, or nothing tells (the callers fall back on their own reading)."""
+    calls = [(name, args) for name, args in calls_on(call_line(code), SELF_CALL_START) if name not in NOT_A_MODULE]
+    named = [call for call in calls if call[0] in compiled]
+    if named and len({name for name, _ in named}) == 1:
+        return named[0]
+    if not params or not calls:
+        return None
+    fits = [(call, _fit(call[1], params)) for call in calls]
+    fitting = [(call, matched) for call, (ok, matched) in fits if ok]
+    if not fitting:
+        return None
+    most = max(matched for _, matched in fitting)
+    # the outermost of equals (calls_on's order): `model(batch(32))` is the module's call, batch makes its input
+    return next(call for call, matched in fitting if matched == most)
+
+
+def uncompiled_call(code: str, params: Sequence[str] = ()) -> str:
     """The call of the compiled module at the user's line, as the module before torch.compile:
-    `cmodel(xv)` -> `cmodel._orig_mod(xv)`: the outermost call of a name that is not a builtin and
-    passes arguments (a module takes its inputs; `batch()` that makes them is not it), else the
-    first such call without arguments; the generic `model._orig_mod(x)` when the line holds none."""
+    `cmodel(xv)` -> `cmodel._orig_mod(xv)`: the call whose arguments bind to the compiled function's
+    parameters where they are known (`params`: compiled_call); else the outermost call of a name
+    that is not a builtin and passes arguments (a module takes its inputs; `batch()` that makes them
+    is not it), else the first such call without arguments; the generic `model._orig_mod(x)` when
+    the line holds none."""
+    found = compiled_call(code, params)
+    if found is not None:
+        return f"{found[0]}._orig_mod({found[1]})"
     line = call_line(code)
     # A plain name first (`self(x)` inside `self.log(...)`), then one held on `self` (`self.net(x)`).
     calls = ([(name, args) for name, args in calls_on(line) if name not in NOT_A_MODULE]

@@ -12,6 +12,7 @@ import os
 import dataclasses
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -2995,14 +2996,14 @@ COMPILED_IN_PLACE_SKIP = (" A module compiled in place (`module.compile()`, or a
                           "and compiles nothing).")
 
 
-def _grad_mode_skip(code: str, off: str, training_call: bool = False) -> str:
+def _grad_mode_skip(code: str, off: str, training_call: bool = False, params: Sequence[str] = ()) -> str:
     """The fix that skips an evaluation's compile: the call as the module before torch.compile, or,
     where the line calls the module itself (`self(x)` in its own method: its forward was replaced by
     a compiled function, which has no `_orig_mod`), the forward kept before compiling it. `off`: how
     the evaluation turns grad off ("" where the cause is not the grad mode). Its closing parenthesis
     is the caller's. `training_call`: the line is training's call (the recompile was training's, after
     an evaluation), whose arguments are not the evaluation's: the module alone is named."""
-    call = uncompiled_call(code)
+    call = uncompiled_call(code, params)
     if training_call:
         call = call.split("._orig_mod(", 1)[0] + "._orig_mod(...)"
     under = f" under {off}" if off else ""
@@ -3018,13 +3019,14 @@ def _evaluation_skip(facts: dict[str, Any], code: str, cwd: str) -> str:
     """A grad-mode cause's fix that skips the evaluation's compile, at the evaluation's own call where
     the record names it (the call `--verify`'s eval-uncompiled patch edits, verify/patches.py)."""
     off = grad_off_words(facts)
+    params = facts.get("argnames") or ()
     call = facts.get("evaluation_call")
     if call is not None and call.code and not call.via and facts.get("grad_mode_after") is True:
         where = format_source(call, cwd, with_code=False)
-        return f"{_grad_mode_skip(call.code, off)}, at the evaluation's call, {where}: `{call.code.strip()}`)."
+        return f"{_grad_mode_skip(call.code, off, params=params)}, at the evaluation's call, {where}: `{call.code.strip()}`)."
     if facts.get("grad_mode_after") is True:
-        return f"{_grad_mode_skip(code, off, training_call=True)}, at the evaluation's call: the recompiling call named here is training's)."
-    return f"{_grad_mode_skip(code, off)})."
+        return f"{_grad_mode_skip(code, off, training_call=True, params=params)}, at the evaluation's call: the recompiling call named here is training's)."
+    return f"{_grad_mode_skip(code, off, params=params)})."
 
 
 def _train_eval_skip(facts: dict[str, Any], cwd: str) -> str:
@@ -3032,15 +3034,16 @@ def _train_eval_skip(facts: dict[str, Any], cwd: str) -> str:
     where the record names it; else at the line that called the compiled code (the guard's line is
     inside the compiled forward, no call of the compiled module: never the one to edit)."""
     same = "`.eval()` and `.train()` on either switch the same modules"
+    params = facts.get("argnames") or ()
     call = facts.get("evaluation_call")
     if call is not None and call.code and not call.via:
-        return (f"{_grad_mode_skip(call.code, '')}; {same}, at the evaluation's call, "
+        return (f"{_grad_mode_skip(call.code, '', params=params)}; {same}, at the evaluation's call, "
                 f"{format_source(call, cwd, with_code=False)}: `{call.code.strip()}`).")
     caller = facts.get("caller")
     code = caller.code if caller is not None and caller.code and not caller.via else ""
     if facts["train_eval"][2]:
-        return f"{_grad_mode_skip(code, '', training_call=True)}; {same}, at the evaluation's call: the recompiling call named here is training's)."
-    return f"{_grad_mode_skip(code, '')}; {same})."
+        return f"{_grad_mode_skip(code, '', training_call=True, params=params)}; {same}, at the evaluation's call: the recompiling call named here is training's)."
+    return f"{_grad_mode_skip(code, '', params=params)}; {same})."
 
 
 def hook_filled_once(facts: dict[str, Any]) -> bool:
@@ -4096,6 +4099,17 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                    "compiled autograd still misses here once.",
                    *words.fix]
         return Words(title, [lead, *words.why], fix, words.evidence)
+    if cause.code == CAUSE_DYNAMO_FRAME and all(_state_change(row) is not None for row in cause.rows):
+        # Another frame of the same forward, recompiled by the same change of the global state (_roots_in_other_frames).
+        words = _CAUSE_WORDS[CAUSE_DYNAMO_FRAME](cause, cwd)
+        evaluation = cause.facts.get("kind") == GUARD_GRAD_MODE
+        lead = (f"Follows from {root}: the same change of the {'grad mode' if evaluation else 'global state'} reached this "
+                f"frame in the same {'evaluation' if evaluation and cause.between_steps else 'step'}. A graph break splits the "
+                "forward into frames, each guarded on it, so one change recompiles each of them: one change, a recompile per frame.")
+        guards = [line for line in words.why if line.startswith("Failing guard")]
+        return Words(f"Caused by {root}, the same change: {words.title}", [lead, *guards],
+                     [f"What removes {root} removes this one too (the frames are compiled for the same calls); nothing to fix on its own."],
+                     words.evidence)
     if cause.code == CAUSE_DYNAMO_FRAME:
         # Another frame of the same forward, recompiled by the same change of a size (_roots_in_other_frames).
         words = _CAUSE_WORDS[CAUSE_DYNAMO_FRAME](cause, cwd)
@@ -4828,26 +4842,47 @@ def _batch_change(row: RecompileRow) -> tuple[int, int, int | None, int | None] 
     return (row.step, found[1], found[2], found[3])
 
 
+def _state_change(row: RecompileRow) -> tuple[int, str] | None:
+    """(step, torch's guard) of a frame's recompile on the global state (`GLOBAL_STATE changed:
+    grad_mode`: an evaluation under no_grad; autocast; the thread count)."""
+    guard = own_guard(row)
+    if row.step is None or guard_kind(guard) not in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE):
+        return None
+    return (row.step, guard)
+
+
+def _frame_change(row: RecompileRow) -> tuple | None:
+    """The change a forward frame's recompile was for, as one key every frame it reached shares: a
+    size's (_batch_change) or the global state's (_state_change)."""
+    found = _batch_change(row)
+    if found is not None:
+        return ("size", *found)
+    state = _state_change(row)
+    return None if state is None else ("state", *state)
+
+
 def _roots_in_other_frames(causes: list[Cause], roots: dict[int, Cause]) -> None:
     """Adds to `roots` the forward frames recompiled on a size by the same change as an earlier
     frame of the same step: a graph break splits a forward into frames (an HF model's loss under
     its forward wrapper: 5 frames), each compiled for its sizes, and one smaller last batch (dim 0,
     4 -> 2 rows) recompiles every one of them. One change, one root: the first frame the step
     recompiled; each other frame follows it when every one of its recompiles does. A cause that
-    followed such a frame (the backward's sizes, after the last frame) follows the root."""
-    first: dict[tuple[int, int, int, int], tuple[int, Cause]] = {}
+    followed such a frame (the backward's sizes, after the last frame) follows the root. The same
+    for a change of the global state (an evaluation under no_grad between two steps recompiles
+    every frame of the forward on the grad mode: one evaluation, one root)."""
+    first: dict[tuple, tuple[int, Cause]] = {}
     for cause in causes:
         if cause.code != CAUSE_DYNAMO_FRAME:
             continue
         for row in cause.rows:
-            change = _batch_change(row)
+            change = _frame_change(row)
             if change is not None and (change not in first or row.seq < first[change][0]):
                 first[change] = (row.seq, cause)
     moved: dict[int, Cause] = {}
     for cause in causes:
         if cause.code != CAUSE_DYNAMO_FRAME or id(cause) in roots:
             continue
-        changes = [_batch_change(row) for row in cause.rows]
+        changes = [_frame_change(row) for row in cause.rows]
         if not changes or None in changes:
             continue
         found = {id(first[c][1]) for c in changes}  # type: ignore[index]

@@ -19,6 +19,7 @@ from cagtool.record.schema import (
     CHECKPOINT_REENTRANT,
     PHASE_CHECKPOINT_RECOMPUTE,
     CompileArtifactEvent,
+    DynamoCompileEvent,
     DynamoRecompileEvent,
     FindingEvent,
     SourceRef,
@@ -82,13 +83,30 @@ class UnexpectedCause:
     # Compiled for an evaluation (grad off: its guard tree says so, or into inference mode): it came
     # between step - 1 and step (reads.steps_place).
     between_steps: bool = False
+    argnames: tuple[str, ...] = ()  # the recompiled function's parameters, in order (its compile's co_argnames)
 
-    def text(self, cwd: str) -> str:
+    def text(self, cwd: str, ids: str = "") -> str:
+        """Its line; `ids`: the compile ids it stands for where it is said once for several (texts)."""
         at = "at step ?" if self.step is None else steps_place([self.step], self.between_steps)
         at = at if at.startswith(("between", "before")) else f"at {at}"
         where = f"; {self.how} at {format_source(self.changed_at, cwd)}" if self.changed_at is not None else ""
         detail = f" ({self.detail})" if self.detail else ""
-        return f"{self.compile_id} {at}: {WORDS[self.cause]}{detail}{where}"
+        return f"{ids or self.compile_id} {at}: {WORDS[self.cause]}{detail}{where}"
+
+
+def texts(causes: list[UnexpectedCause], cwd: str) -> list[str]:
+    """Each cause's line, in order; the recompiles of one change that follow each other (one per
+    frame of a forward split by graph breaks) on one line with their compile ids, at the first's
+    place (the evaluation's call; a later frame's caller is the forward's own line where it broke):
+    `0/2, 1/2, 2/2 between steps 5 and 6: grad mode changed ...`."""
+    groups: list[tuple[tuple, list[UnexpectedCause]]] = []  # (the change, its causes)
+    for cause in causes:
+        change = (cause.cause, cause.step, cause.between_steps, cause.guard, cause.detail, cause.how)
+        if groups and groups[-1][0] == change:
+            groups[-1][1].append(cause)
+        else:
+            groups.append((change, [cause]))
+    return [group[0].text(cwd, ", ".join(c.compile_id for c in group)) for _, group in groups]
 
 
 def _classify(guard: str) -> tuple[str, str] | None:
@@ -116,6 +134,7 @@ def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
 
 def _unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
     thread_changes = [f for f in record.of(FindingEvent) if f.code == FINDING_NUM_THREADS]
+    argnames = {e.compile_id: tuple(e.co_argnames) for e in record.of(DynamoCompileEvent) if e.co_argnames}
     out: list[UnexpectedCause] = []
     for event in record.of(DynamoRecompileEvent):
         guard = call_guard([r.split(":", 1)[-1].strip().split("  #")[0] for r in event.reasons])
@@ -140,7 +159,7 @@ def _unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
         between = (cause == CAUSE_GRAD_MODE and compiled_grad_off(record, event.compile_id)) or (
             cause == CAUSE_INFERENCE_MODE and detail == "into inference mode")
         out.append(UnexpectedCause(cause, event.compile_id, step, guard.split("  #")[0].strip(), changed_at, how, detail,
-                                   between_steps=between and step is not None))
+                                   between_steps=between and step is not None, argnames=argnames.get(event.compile_id, ())))
     return out
 
 
@@ -160,7 +179,7 @@ def fix_text(cause: UnexpectedCause) -> str:
     """The fix of a cause, naming the call made in the new state as the module before torch.compile
     (`cmodel._orig_mod(xv)`) where the line holds one."""
     code = cause.changed_at.code if cause.changed_at is not None and cause.how == "called in the new state" else ""
-    call = uncompiled_call(code)
+    call = uncompiled_call(code, cause.argnames)
     # The call made in the new state is the evaluation's only where the state went to eval (a
     # `training == True` guard failed); the grad mode's reason says neither way: the module alone.
     if not (cause.cause == CAUSE_TRAIN_EVAL and cause.detail.endswith("== True failed")):
@@ -177,7 +196,7 @@ def unexpected_lines(causes: list[UnexpectedCause], cwd: str) -> list[str]:
     if not causes:
         return []
     lines = ["recompiles from causes you may not expect:"]
-    lines += [f"  {c.text(cwd)}" for c in causes]
+    lines += [f"  {text}" for text in texts(causes, cwd)]
     first = {c.cause: c for c in reversed(causes)}
     for cause in dict.fromkeys(c.cause for c in causes):
         lines.append(f"  Fix ({SHORT[cause]}): {fix_text(first[cause])}")

@@ -75,3 +75,22 @@ def test_a_size_guard_that_failed_on_a_parameter_names_torchs_hint():
              "torch._dynamo.config.force_parameter_static_shapes = False to allow dynamism on parameters.")
     fixes = _guard_fixes({"kind": GUARD_SIZE, "guard": guard}, False, "out = f(p)")
     assert any("torch._dynamo.config.force_parameter_static_shapes = False before the first compiled call" in f for f in fixes), fixes
+
+
+def test_the_compiled_call_on_a_line_of_several_is_the_one_whose_arguments_bind_to_the_compiled_forward():
+    """A line that calls the compiled model inside another call (`criterion(model(x), y)`) or with
+    the results of others (`model(input_ids=batch(32), labels=batch(32))`): the fix names the
+    compiled model, from the parameters of the function Dynamo compiled (the record's co_argnames),
+    never the loss (`criterion._orig_mod`, no such attribute) nor the batch maker."""
+    from cagtool.report.recompiles.calls import compiled_call
+
+    assert uncompiled_call("loss = criterion(model(x), y)", ("self", "x")) == "model._orig_mod(x)"
+    gpt2 = ("self", "input_ids", "past_key_values", "attention_mask", "labels")
+    assert uncompiled_call("val = model(input_ids=batch(32), labels=batch(32)).loss", gpt2) == "model._orig_mod(input_ids=batch(32), labels=batch(32))"
+    assert uncompiled_call('self.log("v", loss_fn(self.model(x), y))', ("self", "x")) == "self.model._orig_mod(x)"
+    assert uncompiled_call("y = model(batch(32))", ("self", "x")) == "model._orig_mod(batch(32))"  # the outermost of equals
+    # the parameters not known: the line's own reading, as before
+    assert uncompiled_call("loss = criterion(model(x), y)") == "criterion._orig_mod(model(x), y)"
+    # the script's own names for compiled code decide first (verify/patches.py reads them)
+    assert compiled_call("loss = criterion(model(x), y)", (), {"model"}) == ("model", "x")
+    assert compiled_call("loss = criterion(model(x), y)", ()) is None

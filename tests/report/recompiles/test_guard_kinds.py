@@ -535,6 +535,33 @@ def test_a_last_batch_of_one_row_is_fixed_by_the_batch_and_never_by_a_dynamic_di
                     "CompiledFunctionBackward2") in " ".join(cause_words(backward, cwd).why)
 
 
+def test_one_evaluation_under_no_grad_recompiling_every_frame_of_a_broken_forward_is_one_cause(record_run):
+    """tests/scripts/last_batch_of_one.py --drop-last --evaluate: the forward split by a graph break
+    into two frames, an evaluation under no_grad after each epoch. The first evaluation recompiles
+    both frames on the grad mode (an HF model's forward: six frames, six recompiles): one change,
+    one root, the first frame's, which --verify's eval-uncompiled answers; the other frame follows
+    it and is fixed with it, never a cause of its own with the same fix said again."""
+    script = "../tests/scripts/last_batch_of_one.py"
+    explanation, cwd = _explained(record_run, script, "--drop-last", "--evaluate")
+    (root,) = [c for c in explanation.causes if c.caused_by is None]
+    assert root.facts["kind"] == GUARD_GRAD_MODE and [r.compile_id for r in root.rows] == ["0/1"]
+    (frame,) = [c for c in explanation.causes if c.caused_by == root.number]
+    assert frame.code == CAUSE_DYNAMO_FRAME and [r.compile_id for r in frame.rows] == ["1/1"]
+    words = cause_words(frame, cwd)
+    assert words.title.startswith(f"Caused by #{root.number}, the same change: Dynamo recompiled frame 1, the rest of `forward` after its graph break")
+    assert words.why[0].startswith(f"Follows from #{root.number}: the same change of the grad mode reached this frame in the same evaluation.")
+    assert words.fix == [f"What removes #{root.number} removes this one too (the frames are compiled for the same calls); nothing to fix on its own."]
+    path = ROOT / "tests" / "scripts" / "last_batch_of_one.py"
+    assert patch_for(frame, str(path), path.name, path.read_bytes()) is None  # fixed with its root
+    patch = patch_for(root, str(path), path.name, path.read_bytes())
+    assert patch is not None and patch.name == "eval-uncompiled" and patch.applicable, patch
+    assert patch.edited == (next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "held-out" in text),)
+    # The summary's and --explain's lines of causes you may not expect say the two frames' recompiles once.
+    run = record_run(script, "--drop-last", "--evaluate")
+    summary = [line.strip() for line in cagtool_in_process("summary", str(run.path)).stdout.splitlines() if "cause of " in line]
+    assert len(summary) == 1 and summary[0].startswith("cause of 0/1, 1/1 between steps 1 and 2: grad mode changed"), summary
+
+
 def test_a_graph_captured_for_a_last_batch_whose_code_recompiles_for_the_next_epoch_follows_the_batch(record_run):
     """tests/scripts/enable_last_batch_back.py (compiled autograd enabled around the loop, as a
     Lightning user wraps trainer.fit): the last batch of 2 rows recompiles the forward and the

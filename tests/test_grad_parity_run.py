@@ -120,6 +120,10 @@ def test_inductor_dropout_is_not_comparable_without_parity_and_agrees_with_it(re
     assert aot["agrees"] and not [p for p in data["problems"] if p.startswith("gradients")]
     gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
     assert gate.returncode == 1 and "cannot check" in gate.stdout
+    # The losses' numerics say the same cause, never "inputs differ (unseeded?)" of a seeded job.
+    summary = " ".join(cagtool("summary", str(run.path)).stdout.split())
+    assert "unseeded?" not in summary and "random ops differ (--parity)" in summary, summary
+    assert "Numerics: not comparable: aot's first-step loss already differs from eager's" in summary, summary
 
     run = record_run(DROPOUT, "--backend", "inductor", modes="eager,aot", extra=("--parity", "--warm-cache"))
     assert run.returncode == 0, run.stderr

@@ -453,6 +453,10 @@ class Numerics:
     # record -> (its loss, the reference's) at the first step, for each record whose first-step loss
     # already differs (inputs_differ): what the words quote (the diffs hold the worst step's).
     first_losses: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # record -> why its first step already differs where its gradient check found the cause: random
+    # ops (dropout) in Inductor's compiled graphs draw from Inductor's generator, not eager's seeded
+    # one (grad_parity.PairParity.not_comparable): said instead of "unseeded?".
+    random_ops: dict[str, str] = field(default_factory=dict)
     # Where the reference (eager) differs from aot and ca from the first step on, but aot's first
     # loss is ca's: ca against aot (run_numerics), which answers whether compiled autograd changed
     # anything the compiled forward had not. Empty otherwise.
@@ -715,7 +719,10 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         return Numerics(None, tol, notes=("no mode recorded a scalar loss or final norms: nothing to compare",))
     diffs: list[NumericsDiff] = []
     notes: list[str] = []
+    from cagtool.report.compare.grad_parity import RANDOM_OPS_WORDS
+
     first_losses: dict[str, tuple[float, float]] = {}
+    random_ops: dict[str, str] = {}
     for sample in samples:
         if sample.record == reference.record:
             continue
@@ -730,6 +737,9 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         if first_losses_differ(sample, reference, tol) and _different_modes_of_one_run(sample.record, reference.record):
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
             first_losses[sample.record] = (sample.losses[FIRST_STEP], reference.losses[FIRST_STEP])
+            why = getattr((gradients or {}).get(sample.record), "not_comparable", "")
+            if why.startswith(RANDOM_OPS_WORDS):
+                random_ops[sample.record] = why.split("; ", 1)[0]
         elif any(not d.agrees for d in kept):
             drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
             words, left_tight, jump = _drift(sample, reference, drift, (gradients or {}).get(sample.record))
@@ -746,7 +756,8 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         if updated is not None:
             kept.append(updated)
         diffs.extend(kept)
-    return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)), first_losses=first_losses)
+    return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)), first_losses=first_losses,
+                    random_ops=random_ops)
 
 
 def _drift(sample: NumericsSample, reference: NumericsSample, drift: LossDrift, check: Any) -> tuple[str, bool, tuple[int, str] | None]:

@@ -666,6 +666,11 @@ def _inductor_compiled(record: ModeRecord) -> bool:
     return any(ARTIFACT_INDUCTOR_CODE in found for found in record.compile_artifacts().values())
 
 
+# How a pair's `not_comparable` begins where random ops in compiled graphs are the reason (read by
+# compare/analysis.py, whose numerics then say so instead of "inputs differ").
+RANDOM_OPS_WORDS = "random ops "
+
+
 def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> tuple[str, tuple[float, float] | None]:
     """Why a pair whose gradients differ is no verdict on the backward: random ops in compiled
     graphs (the more specific cause, looked for first), or other inputs (then the first step's
@@ -681,7 +686,7 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> tuple[str,
             continue
         ops = random_ops_in(side)
         if ops:
-            return (f"random ops ({', '.join(ops[:4])}) in {side.path.name}'s compiled graphs draw other numbers than eager; "
+            return (f"{RANDOM_OPS_WORDS}({', '.join(ops[:4])}) in {side.path.name}'s compiled graphs draw other numbers than eager; "
                     "rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients"), None
     # The numerics rule (compare/analysis.py, first_losses_differ): a first-step loss that already
     # differs comes from other inputs (an unseeded rank, data order) before any backward ran.

@@ -639,11 +639,15 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
                 phrases.append(f"numerics DISAGREE: {' and '.join(apart)} against {aot} (both differ from {numerics.reference} from the first step)")
                 tones.append(BAD)
             else:
-                phrases.append(f"numerics: ca agrees with {aot}; both differ from {numerics.reference} from the first step "
-                               "(the compiled forward computes differently, or inputs differ)")
+                why = ("random ops in the compiled graphs draw other numbers: --parity compares them"
+                       if all(r in numerics.random_ops for r in numerics.inputs_differ) else
+                       "the compiled forward computes differently, or inputs differ")
+                phrases.append(f"numerics: ca agrees with {aot}; both differ from {numerics.reference} from the first step ({why})")
         elif numerics.inputs_differ:
             # The first step's losses differ: other inputs, not a verdict on compiled autograd.
-            phrases.append("numerics not comparable: inputs differ (unseeded?)")
+            phrases.append("numerics not comparable: random ops in the compiled graphs (--parity compares them)"
+                           if all(r in numerics.random_ops for r in numerics.inputs_differ) else
+                           "numerics not comparable: inputs differ (unseeded?)")
         elif numerics.stepless:
             # A mode that trained no step where the reference trained: its final norms agree in nothing.
             phrases.append(f"numerics not comparable: {' and '.join(numerics.stepless)} trained no step")

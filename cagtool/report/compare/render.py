@@ -164,6 +164,8 @@ def numerics_cell(numerics: Numerics, column: ModeColumn) -> str:
         return "-"
     if any(r in numerics.resumed for r in column.records):
         return "resumed from files"
+    if any(d.inputs_differ for d in mine) and any(r in numerics.random_ops for r in column.records):
+        return "random ops differ (--parity)"
     return diffs_cell(mine)
 
 
@@ -343,6 +345,12 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
             if record in resumed:
                 continue
             value, reference_value = numerics.first_losses[record]
+            if record in numerics.random_ops:
+                lines.append((f"Numerics: not comparable: {record}'s first-step loss already differs from {numerics.reference}'s "
+                              f"({value!r} vs {reference_value!r}): {numerics.random_ops[record]}, so their numerics say nothing "
+                              "about compiled autograd; rerun with cagtool run --parity (torch._inductor.config.fallback_random) "
+                              "to compare them", False))
+                continue
             lines.append((
                 f"Numerics: inputs differ (unseeded?): {record}'s first-step loss already differs from {numerics.reference}'s "
                 f"({value!r} vs {reference_value!r}, before any backward could matter): the modes computed on "

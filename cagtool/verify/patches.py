@@ -522,7 +522,7 @@ def _switches_to(stmt: ast.stmt) -> bool | None:
     return None
 
 
-def _calls_with_grad_off(tree: ast.AST, callee: str, eval_mode: bool = False) -> list[ast.Call]:
+def _evaluation_calls(tree: ast.AST, callee: str, eval_mode: bool = False) -> list[ast.Call]:
     """The calls of `callee` (its code: `model`, `self.net`) that the script makes with grad off:
     inside a `with torch.no_grad():` (or inference_mode, set_grad_enabled(False)), a function
     decorated with one, a function of the script's that it calls only from such places (an
@@ -597,7 +597,7 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     record names (an evaluation before training and one after each epoch): one left compiled would
     compile the evaluation's graph all the same. Applied where the record names the evaluation's
     call, it is in the script, a plain call of a name (or one held on `self`), and runs with grad
-    off by the script's own code (`_calls_with_grad_off`)."""
+    off by the script's own code (`_evaluation_calls`)."""
     name, title = EVAL_UNCOMPILED
     call = cause.facts.get("evaluation_call")
     if call is None:
@@ -620,7 +620,7 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
                      f"line {call.line} holds no call of a module by its name (`model(x)`, `self.net(x)`)")
     callee = found[0]
     eval_mode = bool(cause.facts.get("train_eval"))
-    calls = _calls_with_grad_off(tree, callee, eval_mode=eval_mode)
+    calls = _evaluation_calls(tree, callee, eval_mode=eval_mode)
     if not any(c.func.lineno == call.line for c in calls):
         where = ("after no `.eval()` of its block (nor in a function called only from such places) in the script" if eval_mode else
                  "in no `with torch.no_grad():` block (or inference_mode) nor a function decorated with one in the script")

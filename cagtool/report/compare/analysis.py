@@ -518,6 +518,11 @@ class Numerics:
         return list(dict.fromkeys(d.record for d in self.diffs if d.inputs_differ))
 
     @property
+    def random_ops_only(self) -> bool:
+        """Every record whose first step already differs does for random ops in its compiled graphs."""
+        return bool(self.inputs_differ) and all(r in self.random_ops for r in self.inputs_differ)
+
+    @property
     def max_rel_diff(self) -> float | None:
         values = [d.max_rel_diff for d in self.diffs if d.max_rel_diff is not None]
         return max(values) if values else None
@@ -717,10 +722,10 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
     same reference (grad_parity.PairParity), which can make a later difference drift."""
     if reference is None:
         return Numerics(None, tol, notes=("no mode recorded a scalar loss or final norms: nothing to compare",))
-    diffs: list[NumericsDiff] = []
-    notes: list[str] = []
     from cagtool.report.compare.grad_parity import RANDOM_OPS_WORDS
 
+    diffs: list[NumericsDiff] = []
+    notes: list[str] = []
     first_losses: dict[str, tuple[float, float]] = {}
     random_ops: dict[str, str] = {}
     for sample in samples:

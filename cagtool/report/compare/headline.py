@@ -640,13 +640,13 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
                 tones.append(BAD)
             else:
                 why = ("random ops in the compiled graphs draw other numbers: --parity compares them"
-                       if all(r in numerics.random_ops for r in numerics.inputs_differ) else
+                       if numerics.random_ops_only else
                        "the compiled forward computes differently, or inputs differ")
                 phrases.append(f"numerics: ca agrees with {aot}; both differ from {numerics.reference} from the first step ({why})")
         elif numerics.inputs_differ:
             # The first step's losses differ: other inputs, not a verdict on compiled autograd.
             phrases.append("numerics not comparable: random ops in the compiled graphs (--parity compares them)"
-                           if all(r in numerics.random_ops for r in numerics.inputs_differ) else
+                           if numerics.random_ops_only else
                            "numerics not comparable: inputs differ (unseeded?)")
         elif numerics.stepless:
             # A mode that trained no step where the reference trained: its final norms agree in nothing.

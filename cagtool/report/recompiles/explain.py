@@ -677,6 +677,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     changed = next((u for u in table.unexpected if u.how == "changed" and u.changed_at is not None and u.compile_id in ids), None)
     resume = cause.rows[0].resume_of if all(r.resume_of == cause.rows[0].resume_of for r in cause.rows) else None
     changes = _value_changes(table, cause)
+    train_eval = _train_eval(known, changes)
     return {
         "failures": failures,
         "guard": known[0] if known else "",
@@ -770,7 +771,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # for grad on (training after an evaluation), False for off (an evaluation after training).
         "grad_mode_after": (after := modes.pop() if len(modes := {table.grad_modes.get(row.compile_id) for row in cause.rows}) == 1 else None),
         # ... and the user's line where the evaluation called the compiled code (grad off), where one is known.
-        "evaluation_call": (_evaluation_call(table, cause, train_eval[2], train_eval=True) if (train_eval := _train_eval(known, changes))
+        "evaluation_call": (_evaluation_call(table, cause, train_eval[2], train_eval=True) if train_eval
                             else _evaluation_call(table, cause, after)),
         # ... and whether the evaluation's compile ran under torch.inference_mode() (True) or
         # torch.no_grad() (False), where the guard trees say it and agree.
@@ -3015,6 +3016,11 @@ def _grad_mode_skip(code: str, off: str, training_call: bool = False, params: Se
     return f"To skip even that compile, evaluate with the module as it was before torch.compile (`{call}`{under}"
 
 
+def _at_evaluation_call(call: SourceRef, cwd: str) -> str:
+    """Where the fix that skips an evaluation's compile applies: its own call (`evaluation_call`)."""
+    return f"at the evaluation's call, {format_source(call, cwd, with_code=False)}: `{(call.code or '').strip()}`"
+
+
 def _evaluation_skip(facts: dict[str, Any], code: str, cwd: str) -> str:
     """A grad-mode cause's fix that skips the evaluation's compile, at the evaluation's own call where
     the record names it (the call `--verify`'s eval-uncompiled patch edits, verify/patches.py)."""
@@ -3022,8 +3028,7 @@ def _evaluation_skip(facts: dict[str, Any], code: str, cwd: str) -> str:
     params = facts.get("argnames") or ()
     call = facts.get("evaluation_call")
     if call is not None and call.code and not call.via and facts.get("grad_mode_after") is True:
-        where = format_source(call, cwd, with_code=False)
-        return f"{_grad_mode_skip(call.code, off, params=params)}, at the evaluation's call, {where}: `{call.code.strip()}`)."
+        return f"{_grad_mode_skip(call.code, off, params=params)}, {_at_evaluation_call(call, cwd)})."
     if facts.get("grad_mode_after") is True:
         return f"{_grad_mode_skip(code, off, training_call=True, params=params)}, at the evaluation's call: the recompiling call named here is training's)."
     return f"{_grad_mode_skip(code, off, params=params)})."
@@ -3037,8 +3042,7 @@ def _train_eval_skip(facts: dict[str, Any], cwd: str) -> str:
     params = facts.get("argnames") or ()
     call = facts.get("evaluation_call")
     if call is not None and call.code and not call.via:
-        return (f"{_grad_mode_skip(call.code, '', params=params)}; {same}, at the evaluation's call, "
-                f"{format_source(call, cwd, with_code=False)}: `{call.code.strip()}`).")
+        return f"{_grad_mode_skip(call.code, '', params=params)}; {same}, {_at_evaluation_call(call, cwd)})."
     caller = facts.get("caller")
     code = caller.code if caller is not None and caller.code and not caller.via else ""
     if facts["train_eval"][2]:

@@ -93,6 +93,10 @@ class NormNode:
     # placeholder. Item numbers are positions in a list that shifts when anything is added before
     # them, so such nodes are compared by what they hold (shape, dtype, stride), not by index.
     input_list: str | None = None
+    # What first reads such an item: (that node's autograd node, its target, the reference's place
+    # among its arguments). Two items of one shape (a parameter and its .grad, both inputs of one
+    # AccumulateGrad) are told apart by it where their positions moved.
+    role: tuple[str | None, str, int] | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -102,7 +106,7 @@ class NormNode:
     @property
     def signature(self) -> tuple:
         """Fine identity: equal signatures are equal nodes (up to renamed references)."""
-        args = ("item of", self.input_list) if self.input_list is not None else self.args
+        args = ("item of", self.input_list, self.role) if self.input_list is not None else self.args
         return (self.op, self.target, args, self.shape, self.dtype, self.stride, self.hook_type)
 
     @property
@@ -166,6 +170,9 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
     split_refs = NODE_REF.split
     aot_prefix = AOT_PREFIX.match
     getitem_args = _GETITEM_ARGS.match
+    # Graph-input items no node has read yet (their role: NormNode.role), and those the current node reads.
+    unread: dict[int, bool] = {}
+    read: list[tuple[int, int]] = []
     rows = zip(names, ops, targets, all_args, origins, aot_ids, hook_types, shapes, dtypes, strides)
     for i, (name, op, target, text, node_origin, aot_id, hook_type, shape, dtype, stride) in enumerate(rows):
         labels.append(name)  # provisional, so a self-reference cannot fail
@@ -181,7 +188,7 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
             literal = next(parts)
             pieces = [literal] if literal else []
             found = pieces[:]
-            for reference, literal in zip(parts, parts):
+            for place, (reference, literal) in enumerate(zip(parts, parts)):
                 position = index_of.get(reference)
                 if position is None:
                     pieces.append(reference)
@@ -189,6 +196,8 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
                 else:
                     pieces.append(labels[position])
                     found.append(f"%{position}")
+                    if position in unread:
+                        read.append((position, place))
                 if literal:
                     pieces.append(literal)
                     found.append(literal)
@@ -251,6 +260,12 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
                     source = out[int(t[1:])]
                     input_list = source.name if source.op == PLACEHOLDER else source.input_list
                     break
+        if read:
+            if not is_input:  # the items it is the first to read
+                for position, place in read:
+                    if unread.pop(position, False):
+                        out[position].role = (origin[0], short, place)
+            read.clear()
         clean = clean_targets.get(target)
         if clean is None:
             clean = clean_targets[target] = normalize_target(target or "")
@@ -275,6 +290,8 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
                 input_list,
             )
         )
+        if input_list is not None:
+            unread[i] = True
     if names:
         groups.append(OriginGroup(origin[0], origin[1], group_start, len(names)))
     return NormGraph(tuple(out), tuple(groups))

@@ -288,7 +288,10 @@ class UnifiedRenderer(_HunkRenderer):
             lines.append(Text("-" + node_text(entry.old), style="red"))
         if entry.new is not None:
             if entry.kind == EQUAL:
-                lines.append(Text(" " + node_text(entry.new), style=STYLE[EQUAL]))
+                # An input item an insertion renumbered: the old graph's lines name it by its old label.
+                was = f"  # was {entry.old.label}" if (entry.old is not None and entry.new.input_list is not None
+                                                 and entry.old.label != entry.new.label) else ""
+                lines.append(Text(" " + node_text(entry.new) + was, style=STYLE[EQUAL]))
             else:
                 changed = f"  # changed: {changed_fields(entry)}" if entry.kind == CHANGED else ""
                 lines.append(Text("+" + node_text(entry.new) + changed, style="green"))

@@ -302,6 +302,36 @@ def test_inputs_renumbered_by_an_insertion_are_not_changes():
     ] + [n if n.name != "call_accumulate_grad" else fn(n.name, n.target, n.args.replace("%getitem_1", "%getitem_2"), acc) for n in sum_then(None, counter=5)] + [out()]
     diff = diff_graphs(old, new)
     assert [(e.kind, e.new.label) for e in diff.entries if e.kind != EQUAL] == [(INSERTED, "inputs[1]")]
+    # The input the insertion renumbered is shown under its new name with its old one.
+    lines = _render(UnifiedRenderer(context=1), _comparison(old, new)).splitlines()
+    assert " inputs[2] = getitem(inputs, 2)  # was inputs[1]" in lines
+    assert not [line for line in lines if "# was" in line and "inputs[2]" not in line]
+
+
+def test_an_input_of_the_same_shape_as_another_is_paired_by_what_reads_it():
+    """The .grad warm-up: a parameter's AccumulateGrad gains its .grad as a new input of the
+    parameter's own shape, just after it. The parameter is the one the old graph read as the
+    variable; the new input is the one read as the .grad, not the other way round."""
+    acc = (3, "torch::autograd::AccumulateGrad")
+    root = (0, "torch::autograd::GraphRoot")
+    head = [ph(p) for p in ("inputs", "sizes", "scalars", "hooks", "packed_data")] + [fn("getitem", GETITEM, "%inputs, 0", root)]
+    grad_of = [fn("validate_outputs", OPS + "validate_outputs", "[%getitem], [((None,), [], False, 6)]", root),
+               fn("getitem_9", GETITEM, "%validate_outputs, 0", root)]
+    old = head + [fn("getitem_1", GETITEM, "%inputs, 1", acc, shape=[3, 3], dtype="float32")] + grad_of + [
+        fn("call_accumulate_grad", UTILS + "call_accumulate_grad", "%getitem_1, None, %getitem_9, False", acc), out()]
+    new = head + [fn("getitem_1", GETITEM, "%inputs, 1", acc, shape=[3, 3], dtype="float32"),
+                  fn("getitem_2", GETITEM, "%inputs, 2", acc, shape=[3, 3], dtype="float32")] + grad_of + [
+        fn("call_accumulate_grad", UTILS + "call_accumulate_grad", "%getitem_1, %getitem_2, %getitem_9, False", acc), out()]
+    # The same graph with the new input first: the parameter is inputs[2] now.
+    swapped = head + [fn("getitem_1", GETITEM, "%inputs, 1", acc, shape=[3, 3], dtype="float32"),
+                      fn("getitem_2", GETITEM, "%inputs, 2", acc, shape=[3, 3], dtype="float32")] + grad_of + [
+        fn("call_accumulate_grad", UTILS + "call_accumulate_grad", "%getitem_2, %getitem_1, %getitem_9, False", acc), out()]
+    for after, added, parameter in ((new, "inputs[2]", "inputs[1]"), (swapped, "inputs[1]", "inputs[2]")):
+        diff = diff_graphs(old, after)
+        assert [e.new.label for e in diff.entries if e.kind == INSERTED] == [added]
+        assert [(e.old.label, e.new.label) for e in diff.entries if e.old is not None and e.new is not None and e.old.label == "inputs[1]"] == [("inputs[1]", parameter)]
+        changed = [e for e in diff.entries if e.kind == CHANGED]
+        assert [(e.new.label, [c.field for c in e.changes]) for e in changed] == [("call_accumulate_grad", ["args"])]
 
 
 def test_added_autograd_nodes_are_named_by_the_alignment():

@@ -329,7 +329,9 @@ class GradParity:
             low = held[0].compute if held else None
             which = "" if len(held) == len(compared) else f"{', '.join(p.record for p in held)} "
             precision = f" ({which}at {low}'s precision, which the compiled graphs compute in)" if low else ""
-            return (f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
+            who = f"the {len(modes)} modes" if len(modes) > 1 else f"the {len(records)} processes of {next(iter(modes))}"
+            processes = processes if len(modes) > 1 else ""
+            return (f"gradients: {who} agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
                     + precision + later + self._nonfinite_said())
         bad = self.disagreements
         if bad and (beside := self.compiled_otherwise()) is not None:

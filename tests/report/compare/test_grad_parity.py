@@ -140,6 +140,9 @@ def test_repetitions_of_a_mode_are_counted_as_processes_not_as_modes():
     assert GradParity("aot", pairs).summary() == "gradients: the 2 modes agree on all 4 parameters at 1 digested step (6 processes)"
     one_each = GradParity("aot", pairs[:1]).summary()
     assert one_each == "gradients: the 2 modes agree on all 4 parameters at 1 digested step"
+    # one mode's repetitions (`--repeat 5 --modes aot`) are that mode's processes ("the 1 modes")
+    one_mode = tuple(compare_digests(record, "aot", {0: base}, {0: base}, GradTolerance()) for record in ["aot.2", "aot.3"])
+    assert GradParity("aot", one_mode).summary() == "gradients: the 3 processes of aot agree on all 4 parameters at 1 digested step"
 
 
 def test_random_ops_are_found_across_chunks_and_never_through_a_link_or_fifo(tmp_path):

@@ -233,6 +233,10 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
         lines.append("  nothing to verify: the explanation finds nothing to change in your code for these causes")
     elif not data["fixes"]:
         lines.append("  no fix cagtool can apply (a run setting, or a local edit of the script) answers these causes")
+    # Torch's PGO suggestion is the same for each fix it goes with: said once, before them.
+    said = next((fix["torch_says"] for fix in data["fixes"] if fix.get("torch_says")), None)
+    if said:
+        lines.append(f"  torch's own suggestion (PGO), to compare the fixes with: {pgo_shown(said, data['mode'])}")
     for fix in data["fixes"]:
         causes = ", ".join(f"#{n}" for n in fix["causes"])
         how = fix_how(fix)
@@ -240,7 +244,7 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"  {fix['fix']} (cause {causes}): {fix['title']} [{how}] - {fix['who']}")
         if not patch and (in_job := fix_in_job(fix)):
             lines.append(f"    in your job, without cagtool: {in_job}")
-        if fix.get("torch_says"):
+        if fix.get("torch_says") and fix["torch_says"] != said:
             lines.append(f"    torch's own suggestion (PGO): {pgo_shown(fix['torch_says'], data['mode'])}")
         if patch:
             lines += patch_lines(patch)

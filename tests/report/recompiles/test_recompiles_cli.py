@@ -482,3 +482,20 @@ def test_a_failed_fixs_figures_are_said_to_be_what_it_recorded_before_it_stopped
     fix["verdict"] = "verified"
     [counts] = [line for line in verification_lines(data) if "CA recompiles 3 -> 0" in line]
     assert counts.strip().startswith("CA recompiles 3 -> 0")
+
+
+def test_torchs_pgo_suggestion_is_said_once_however_many_fixes_carry_it():
+    """Each dynamic fix keeps torch's PGO line (verification.json); the text says it once, above
+    the fixes, where it read four times, once under each."""
+    from cagtool.report.recompiles.verification import verification_lines
+
+    side = {"ca_recompiles": [2], "dynamo_recompiles": [2], "ca_graphs": [3], "hook_calls": [None], "compile_time_s": 2.0,
+            "first_step_s": 3.0, "peak_memory_bytes": 2**28, "run": "/r/verify/x/fix"}
+    says = "PGO detected a recompilation due to dynamic shapes. To reduce shape recompilations ..."
+    fixes = [{"fix": name, "causes": [1], "title": "t", "who": "run configuration", "env": {}, "run_flags": ["--dynamic"],
+              "measured": side, "verdict": "verified", "reasons": ["recompiles 4 -> 1"], "torch_says": says}
+             for name in ("ca-dynamic", "torch-pgo", "dynamic-sources")]
+    lines = verification_lines({"mode": "ca", "repeat": 3, "baseline": side, "fixes": fixes, "not_applied": []})
+    pgo = [i for i, line in enumerate(lines) if "PGO detected" in line]
+    first_fix = next(i for i, line in enumerate(lines) if line.startswith("  ca-dynamic (cause #1)"))
+    assert len(pgo) == 1 and pgo[0] < first_fix, lines

@@ -153,10 +153,11 @@ def test_a_file_an_earlier_mode_wrote_and_no_mode_read_is_not_a_resume(tmp_path)
     """tests/scripts/saves_at_end.py writes model.pt at its end and never reads it; its modes draw
     other numbers (seeded from os.urandom). The later mode's differing first loss was put on the
     file ("ca started from files an earlier mode wrote (model.pt)"); the ca mode's process opened
-    no file of the working directory, so it is the inputs that differ."""
+    no file of the working directory an earlier mode wrote, so it is the inputs that differ. With
+    --load-back it reads model.pt at its end, after writing it itself: not the earlier mode's file."""
     out = tmp_path / "run"
     proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "-o", str(out),
-                                      str(ROOT / "tests" / "scripts" / "saves_at_end.py")),
+                                      str(ROOT / "tests" / "scripts" / "saves_at_end.py"), "--load-back"),
                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "CI": "true"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out / "run.json").read_text())["written_before"] == {"ca": {"paths": ["model.pt"], "count": 1}}
@@ -165,3 +166,20 @@ def test_a_file_an_earlier_mode_wrote_and_no_mode_read_is_not_a_resume(tmp_path)
     flat = " ".join(text.split())
     assert code == 0 and "earlier mode wrote" not in flat, flat
     assert "numerics not comparable: inputs differ (unseeded?)" in flat, flat
+
+
+def test_a_file_the_process_wrote_itself_before_reading_it_is_not_kept_as_read(tmp_path):
+    """workdir_reads keeps the files of the working directory a process read as they were when it
+    started: one it rewrote first (with Python's open, or from C++ as torch.save to a path does) and
+    then read back is its own, not an earlier mode's."""
+    (tmp_path / "old.pt").write_bytes(b"old")
+    (tmp_path / "mine.pt").write_bytes(b"old")
+    (tmp_path / "native.pt").write_bytes(b"old")
+    code = ("import os, sys; from cagtool.capture.processes import workdir_reads; workdir_reads.install(); "
+            "open('old.pt', 'rb').read(); "
+            "open('mine.pt', 'wb').write(b'new'); open('mine.pt', 'rb').read(); "
+            "fd = os.open('native.pt', os.O_WRONLY | os.O_TRUNC); os.write(fd, b'new'); os.close(fd); open('native.pt', 'rb').read(); "
+            "print(workdir_reads.reads())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == "['old.pt']", out.stderr

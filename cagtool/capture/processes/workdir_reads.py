@@ -7,7 +7,12 @@ it: pytorch/examples' siamese network saves its model at its end and never loads
 first losses differed for another reason (`--seed off`). A `sys.addaudithook` sees each `open`
 (builtins.open, io.open_code, os.open: the `open` audit event, with the path and the mode or flags)
 in the process; the ones for reading of a file under the directory the process started in are
-kept, by relative path, up to MAX_KEPT. Python source and bytecode (imports) are left out.
+kept, by relative path, up to MAX_KEPT. Python source and bytecode (imports) are left out, and so
+is a file last modified after the hook was installed: one this mode wrote itself before reading it
+(pytorch/examples' word language model saves its best model each epoch and loads it at its end),
+whatever wrote it (torch.save to a path writes from C++, with no audit event). The kernel stamps a
+file from a clock that never runs ahead of `time.time_ns()`, so an earlier mode's file, written
+before this process started, is always older than the hook.
 
 What it cannot see: a file native code opens itself (safetensors' Rust reader, HDF5's C library)
 raises no audit event. The comparison reads the absence of a read as evidence only where none of
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from stat import S_ISREG
 from typing import Any
 
 from cagtool.record.manifest import WORKDIR_READS_KEPT as MAX_KEPT
@@ -41,9 +48,10 @@ def install() -> None:
     except OSError:
         return
     prefix = root.rstrip(os.sep) + os.sep
+    installed = time.time_ns()
     # What the hook's first test reads is held here: it runs for every audit event until the
     # process ends, also while the interpreter clears the modules' globals at exit.
-    fspath, abspath, isabs, join, getcwd, isfile = os.fspath, os.path.abspath, os.path.isabs, os.path.join, os.getcwd, os.path.isfile
+    fspath, abspath, isabs, join, getcwd, stat, is_regular = os.fspath, os.path.abspath, os.path.isabs, os.path.join, os.getcwd, os.stat, S_ISREG
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event != "open" or len(reads) >= MAX_KEPT:
@@ -64,8 +72,10 @@ def install() -> None:
                 return
             full = path if isabs(path) else join(getcwd(), path)
             full = abspath(full)
-            if full.startswith(prefix) and isfile(full):  # not a name a loader tried (`<eval_with_key>.0`)
-                reads.add(full[len(prefix):])
+            if full.startswith(prefix):
+                found = stat(full)  # raises for a name a loader tried (`<eval_with_key>.0`)
+                if is_regular(found.st_mode) and found.st_mtime_ns < installed:  # not rewritten by this mode
+                    reads.add(full[len(prefix):])
         except Exception:  # noqa: BLE001 - the job's open goes on whatever happens here
             pass
 

@@ -795,17 +795,24 @@ def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, d
     beyond round-off, the words), or None."""
     from cagtool.report.compare.drift import DRIFT_RTOL, DRIFT_STEPS
 
-    if not sample.ca_inductor or base_mode(reference.record) != "eager":
+    against = base_mode(reference.record)
+    if not sample.ca_inductor or against not in ("eager", "aot"):
         return None
     if drift.tight_steps < 2 or drift.jumped or drift.parted_at is None:
         return None
     to = "bit for bit" if drift.tight_worst == 0 else f"to {drift.tight_worst:.0e}"
     short = (f"{drift.tight_steps} steps are fewer than the {DRIFT_STEPS} that tell it from an error"
              if drift.tight_steps < DRIFT_STEPS else "no gradient check among those steps tells it from an error")
+    # Against aot both backwards are Inductor's, compiled apart (aot's AOT backward graphs, ca's CA
+    # graphs, fused otherwise): their round-off differs as ca's and eager's does.
+    kernels = (f"Inductor's kernels (which compiled {sample.record}'s CA graphs)" if against == "eager" else
+               f"Inductor's kernels (which compiled {reference.record}'s backward graphs and {sample.record}'s CA graphs apart, "
+               "each fused its own way)")
+    parity = "" if against == "eager" else " (with --parity where the compiled graphs draw random numbers: dropout)"
     return FIRST_STEP + drift.tight_steps, (f"{sample.record}'s losses agree with {reference.record}'s {to} for the first {drift.tight_steps} steps, then "
             f"part growing past {DRIFT_RTOL:g} (no jump), beyond the tolerance from step {drift.parted_at}: what round-off "
-            f"of Inductor's kernels (which compiled {sample.record}'s CA graphs) looks like once training amplifies it, but "
-            f"{short}. To tell, record it without Inductor: cagtool run --modes eager,ca --backend eager, the same script "
+            f"of {kernels} looks like once training amplifies it, but "
+            f"{short}. To tell, record it without Inductor: cagtool run --modes eager,ca --backend eager{parity}, the same script "
             "and arguments (its CA graphs then run eager's kernels: agreement there puts the difference in Inductor's "
             "rounding; a difference there is compiled autograd's own, which that run's compare judges as this one's)")
 

@@ -635,7 +635,13 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             # whose forward is compiled the same way, is what says whether compiled autograd matters.
             apart = sorted({d.record for d in numerics.against_aot if not d.agrees})
             aot = numerics.against_aot[0].reference
-            if apart:
+            growing = [d for d in numerics.against_aot if not d.agrees and d.parts_growing_from is not None]
+            if apart and growing:
+                phrases.append(f"numerics DISAGREE: the losses of {growing[0].record} part from {aot}'s growing from step "
+                               f"{growing[0].parts_growing_from}, not at a jump (both differ from {numerics.reference} from the first step; "
+                               "`cagtool compare` says how to rule out Inductor's rounding)")
+                tones.append(BAD)
+            elif apart:
                 phrases.append(f"numerics DISAGREE: {' and '.join(apart)} against {aot} (both differ from {numerics.reference} from the first step)")
                 tones.append(BAD)
             else:

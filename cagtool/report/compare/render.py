@@ -373,10 +373,15 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                               f"{format_rel(top.max_rel_diff)}{_where(top) if top.max_rel_diff else ''}: compiled autograd changed "
                               f"nothing beyond the compiled program's difference from {numerics.reference}", False))
             else:
+                # Losses that part growing from round-off, not at a jump, do not yet say which computes otherwise.
+                growing = all(d.parts_growing_from is not None for d in apart if d.quantity == LOSS) and any(d.quantity == LOSS for d in apart)
                 lines.append((f"Numerics DISAGREE between {_and_words([d.record for d in apart])} and {aot} (compiled alike, "
-                              f"{tolerance}): compiled autograd computes otherwise:", True))
+                              f"{tolerance}): " + ("the losses part growing, not at a jump: round-off amplified by training "
+                                                   "or compiled autograd computing otherwise, not told apart yet (the note below):"
+                                                   if growing else "compiled autograd computes otherwise:"), True))
                 for d in apart:
                     lines.append((diff_line(d), True))
+                lines.extend((f"  note: {d.note}", False) for d in apart if d.note)
     for d in numerics.diffs:
         if d.note:
             lines.append((f"  note: {d.note}", False))

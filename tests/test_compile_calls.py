@@ -235,7 +235,8 @@ def test_cagtool_run_of_the_fixed_script_says_nothing_of_it(tmp_path):
 def test_every_torch_compile_call_is_kept_with_its_line_dynamic_and_the_code_it_compiles(tmp_path):
     """The manifest's `compile_calls`: torch.compile(module) names the module's forward,
     module.compile() (torch.compile of its bound _call_impl inside torch) the module's forward too,
-    torch.compile(function) the function; `dynamic` as passed. A compiled-autograd graph compiled as
+    torch.compile(function) the function; `dynamic` as passed; `in_place` for module.compile() (no
+    wrapper, no `_orig_mod`). A compiled-autograd graph compiled as
     it is captured (a graph module's generated code) is no call of the job's."""
     torch._dynamo.reset()
     head, body = Head(), nn.Sequential(nn.Linear(16, 8))
@@ -252,9 +253,9 @@ def test_every_torch_compile_call_is_kept_with_its_line_dynamic_and_the_code_it_
     calls = cagtool.load(cap.path).mode("ca").manifest.options["compile_calls"]
     code = lambda f: [f.__code__.co_filename, f.__code__.co_firstlineno]  # noqa: E731
     assert calls == [
-        {"file": __file__, "line": first, "via": "", "dynamic": None, "code": code(Head.forward)},
-        {"file": __file__, "line": second, "via": "", "dynamic": True, "code": code(nn.Sequential.forward)},
-        {"file": __file__, "line": third, "via": "", "dynamic": False, "code": code(double)},
+        {"file": __file__, "line": first, "via": "", "dynamic": None, "code": code(Head.forward), "in_place": False},
+        {"file": __file__, "line": second, "via": "", "dynamic": True, "code": code(nn.Sequential.forward), "in_place": True},
+        {"file": __file__, "line": third, "via": "", "dynamic": False, "code": code(double), "in_place": False},
     ]
     # The CA graph was captured and compiled in the block: still three calls.
     assert counters["compiled_autograd"]["captures"] >= 1

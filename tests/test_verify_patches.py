@@ -650,3 +650,54 @@ def test_the_evaluations_call_edited_is_the_compiled_models_not_a_call_around_it
     assert patch is not None and patch.applicable and patch.edited == (11, 12), patch.why_not
     assert '    val = getattr(model, "_orig_mod", model)(batch(2)).sum()\n' in patch.patched
     assert '    loss = criterion(getattr(model, "_orig_mod", model)(batch(3)), torch.ones(3, 1))\n' in patch.patched
+
+
+IN_PLACE = textwrap.dedent("""\
+    import torch
+
+    compiles = []
+    def backend(gm, example_inputs):
+        compiles.append(torch.is_grad_enabled())
+        return gm.forward
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x)) * 2
+
+    model = Net()
+    model.compile(backend=backend)
+    for step in range(3):
+        model(torch.ones(3, 4)).sum().backward()
+        with torch.no_grad():
+            print(model(torch.ones(3, 4)).sum().item())
+    print("compiles", compiles)
+    """)
+
+
+def test_an_evaluation_of_a_module_compiled_in_place_runs_under_force_eager(tmp_path):
+    """pytorch/examples' word language model compiled with `model.compile()` (in place: no
+    `_orig_mod`): eval-uncompiled wrapped the evaluation's call in `getattr(model, "_orig_mod",
+    model)`, the compiled module itself, so its re-run changed nothing. The call runs under
+    set_stance("force_eager") now: the patched script compiles training's graph only, once."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(IN_PLACE)
+    patch = patch_for(_grad_mode_cause(script, 21, "        print(model(torch.ones(3, 4)).sum().item())"), str(script), "train.py",
+                      script.read_bytes())
+    assert patch is not None and patch.name == "eval-uncompiled" and patch.applicable, patch.why_not
+    assert [line for line in patch.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")] == [
+        "-        print(model(torch.ones(3, 4)).sum().item())",
+        '+        print(torch.compiler.set_stance("force_eager")(model)(torch.ones(3, 4)).sum().item())',
+    ]
+    assert "force_eager" in patch.title
+    patched = tmp_path / "patched.py"
+    patched.write_text(patch.patched)
+    for path, compiles in ((script, "[True, False]"), (patched, "[True]")):
+        out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, check=True)
+        assert out.stdout.splitlines()[-1] == f"compiles {compiles}", (path, out.stdout, out.stderr)

@@ -506,6 +506,22 @@ def _compiled_names(tree: ast.AST) -> set[str]:
     return names
 
 
+def _compiled_in_place(tree: ast.AST) -> set[str]:
+    """The names the script calls `.compile()` on (`model.compile()`): modules compiled in place,
+    with no `_orig_mod`; not those it also assigns a `torch.compile(...)` result to."""
+    wrapped = {ast.unparse(target) for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+               and ast.unparse(node.value.func) == "torch.compile" for target in node.targets}
+    return {ast.unparse(node.func.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile"
+            and ast.unparse(node.func.value) != "torch"} - wrapped
+
+
+def _imports_torch(tree: ast.Module) -> bool:
+    """Whether the script binds `torch` at its top level (`import torch`)."""
+    return any(isinstance(node, ast.Import) and any(alias.name == "torch" and alias.asname is None for alias in node.names)
+               for node in tree.body)
+
+
 def _switches_to(stmt: ast.stmt) -> bool | None:
     """Where a statement switches a module to eval mode (`model.eval()`, `model.train(False)`): True;
     back to training (`model.train()`, `.train(True)`): False; else None."""
@@ -629,10 +645,18 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     if any(c.func.lineno != c.func.end_lineno for c in calls):
         return Patch(name, (cause.number,), title, display, call.line, "", False, f"a call of `{callee}` spans lines: not a one-line edit")
     lines = text.splitlines(keepends=True)
+    # A module compiled in place (`model.compile()`: the record's compile call, or the script's text)
+    # has no `_orig_mod`: its evaluation's calls run under set_stance("force_eager") as a decorator,
+    # which restores the stance when the call returns.
+    by = cause.facts.get("compiled_by")
+    in_place = (bool(isinstance(by, dict) and by.get("in_place")) or callee in _compiled_in_place(tree)) and _imports_torch(tree)
+    if in_place:
+        title = 'run the evaluation eagerly (torch.compiler.set_stance("force_eager"))'
     for quote in ('"', "'"):  # the other quote where a call sits in an f-string of the first (Python 3.11)
         after = list(lines)
         for c in sorted(calls, key=lambda c: (c.func.lineno, c.func.col_offset), reverse=True):
-            after = replace_expr(after, c.func, f"getattr({callee}, {quote}_orig_mod{quote}, {callee})")
+            after = replace_expr(after, c.func, f"torch.compiler.set_stance({quote}force_eager{quote})({callee})" if in_place else
+                                 f"getattr({callee}, {quote}_orig_mod{quote}, {callee})")
         try:
             ast.parse("".join(after))
         except SyntaxError:

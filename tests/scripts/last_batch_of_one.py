@@ -4,7 +4,7 @@ of 0 or 1 even in a dimension marked dynamic, so `--mark` (torch._dynamo.maybe_m
 batch, the usual fix for a smaller last batch) still recompiles each frame at the batch of one, on
 the guard `2 <= x.size()[0]`; only dropping that batch (`--drop-last`) leaves no recompile.
 `--evaluate` evaluates under torch.no_grad() after each epoch: one evaluation recompiles both
-frames on the grad mode."""
+frames on the grad mode. `--in-place`: the module compiled in place (`model.compile()`), not wrapped."""
 
 import sys
 
@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 torch.manual_seed(0)
 mark, drop_last, evaluate = "--mark" in sys.argv, "--drop-last" in sys.argv, "--evaluate" in sys.argv
+in_place = "--in-place" in sys.argv
 
 
 class Net(nn.Module):
@@ -28,7 +29,11 @@ class Net(nn.Module):
 
 
 model = Net()
-compiled = torch.compile(model, backend="aot_eager")
+if in_place:
+    model.compile(backend="aot_eager")
+    compiled = model
+else:
+    compiled = torch.compile(model, backend="aot_eager")
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 data = DataLoader(TensorDataset(torch.randn(9, 6), torch.randn(9, 1)), batch_size=4, drop_last=drop_last)
 for epoch in range(2):

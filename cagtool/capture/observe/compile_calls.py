@@ -96,6 +96,13 @@ def _dynamic_given(kwargs: dict[str, Any]) -> Any:
     return value if value is None or isinstance(value, bool) else "other"
 
 
+def _in_place(target: Any) -> bool:
+    """Whether torch.compile was given a module's bound `_call_impl`: Module.compile(), which
+    compiles the module in place (no wrapper: it has no `_orig_mod`)."""
+    owner = getattr(target, "__self__", None)
+    return owner is not None and hasattr(owner, "_parameters") and getattr(target, "__name__", "") == "_call_impl"
+
+
 def _compiled_code(target: Any) -> tuple[str, int] | None:
     """The code Dynamo compiles first for `target`: a module's forward, a function's own code
     (file, first line); None for anything else. Module.compile() calls torch.compile on the
@@ -279,7 +286,8 @@ class CompileCalls:
                     if _job_code(code):
                         where = source.user_caller(how="caller")
                         calls.append({"file": where.file if where is not None else "", "line": where.line if where is not None else 0,
-                                      "via": where.via if where is not None else "", "dynamic": _dynamic_given(kwargs), "code": list(code)})
+                                      "via": where.via if where is not None else "", "dynamic": _dynamic_given(kwargs), "code": list(code),
+                                      "in_place": _in_place(target)})
                 except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
                     self._failed(exc)
             # Read where torch.compile has imported it: installing the taps imports nothing of torch's

@@ -2394,7 +2394,7 @@ def _compiled_by(table: RecompileTable, cause: Cause) -> dict[str, Any] | None:
     said = {(c.get("file"), c.get("line"), c.get("via"), c.get("dynamic")) for c in found}
     if len(said) != 1:
         return None
-    return {k: found[0].get(k) for k in ("file", "line", "via", "dynamic")}
+    return {k: found[0].get(k) for k in ("file", "line", "via", "dynamic", "in_place")}
 
 
 def _none_guards_broken_words(remains: dict[str, list[tuple[str, str, tuple[str, str] | None]]]) -> str:
@@ -3034,6 +3034,21 @@ def _evaluation_skip(facts: dict[str, Any], code: str, cwd: str) -> str:
     return f"{_grad_mode_skip(code, off, params=params)})."
 
 
+def _in_place_skip(facts: dict[str, Any], cwd: str) -> str:
+    """The fix that skips an evaluation's compile where the script compiled the module in place
+    (`model.compile()`, the record's compile call): no `_orig_mod` to call, so the evaluation's call
+    runs under set_stance("force_eager") (verify/patches.py edits it so). "" otherwise."""
+    by = facts.get("compiled_by")
+    if not (isinstance(by, dict) and by.get("in_place") and not by.get("via") and by.get("file")):
+        return ""
+    call = facts.get("evaluation_call")
+    at = f", {_at_evaluation_call(call, cwd)}" if call is not None and call.code and not call.via else ""
+    return (f"To skip even that compile, run the evaluation eagerly: the module is compiled in place (`.compile()` at "
+            f"{display_path(str(by['file']), cwd)}:{by.get('line')}), so it has no `_orig_mod`; evaluate under "
+            f"`with torch.compiler.set_stance(\"force_eager\"):` (compiled code runs eagerly inside it, compiles nothing, and "
+            f"training's graph is used again after it){at}.")
+
+
 def _train_eval_skip(facts: dict[str, Any], cwd: str) -> str:
     """A train/eval cause's fix that skips the evaluation's compile, at the evaluation's own call
     where the record names it; else at the line that called the compiled code (the guard's line is
@@ -3167,7 +3182,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once or len(facts.get("failures") or ()) == 1 else
                 "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
-                _evaluation_skip(facts, code, cwd) + COMPILED_IN_PLACE_SKIP]
+                _in_place_skip(facts, cwd) or _evaluation_skip(facts, code, cwd) + COMPILED_IN_PLACE_SKIP]
     if facts.get("optional_argument"):
         name = facts["optional_argument"]
         same = (f"pass `{name}` the same way in every call: always a tensor (for a mask, one of ones where nothing is masked), "
@@ -3190,7 +3205,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
     if facts.get("train_eval"):
         return ["Nothing to fix: the train-mode graph and the eval-mode graph are both cached after their first call."
                 if once else "Keep each compiled call in one mode: every train/eval mode gets its own graph.",
-                _train_eval_skip(facts, cwd) + COMPILED_IN_PLACE_SKIP]
+                _in_place_skip(facts, cwd) or _train_eval_skip(facts, cwd) + COMPILED_IN_PLACE_SKIP]
     if kind == GUARD_GLOBAL_STATE:
         if "autocast" in guard:
             same = ("each setting has its own forward graph, and its own backward graph (autocast's casts are nodes in it), "

@@ -70,6 +70,11 @@ FIXES = {
                                 "(`cagtool checkpointing` verifies it on your job)",
 }
 
+# The module compiled in place (`model.compile()`): it has no `_orig_mod` (explain.py `_in_place_skip`).
+IN_PLACE_FIX = ("for an evaluation, run it eagerly: the module is compiled in place (`.compile()`), so it has no `_orig_mod`; "
+                "evaluate under `with torch.compiler.set_stance(\"force_eager\"):` (compiled code runs eagerly inside it and compiles "
+                "nothing). Or accept it: the first evaluation costs one recompile, then both graphs are cached")
+
 
 @dataclass(frozen=True)
 class UnexpectedCause:
@@ -84,6 +89,9 @@ class UnexpectedCause:
     # between step - 1 and step (reads.steps_place).
     between_steps: bool = False
     argnames: tuple[str, ...] = ()  # the recompiled function's parameters, in order (its compile's co_argnames)
+    # Every torch.compile call of the job compiled a module in place (`model.compile()`, the manifest's
+    # compile_calls): no `_orig_mod` to evaluate with.
+    in_place: bool = False
 
     def text(self, cwd: str, ids: str = "") -> str:
         """Its line; `ids`: the compile ids it stands for where it is said once for several (texts)."""
@@ -135,6 +143,8 @@ def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
 def _unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
     thread_changes = [f for f in record.of(FindingEvent) if f.code == FINDING_NUM_THREADS]
     argnames = {e.compile_id: tuple(e.co_argnames) for e in record.of(DynamoCompileEvent) if e.co_argnames}
+    calls = record.manifest.options.get("compile_calls") if isinstance(record.manifest.options, dict) else None
+    in_place = bool(calls) and isinstance(calls, list) and all(isinstance(c, dict) and c.get("in_place") is True for c in calls)
     out: list[UnexpectedCause] = []
     for event in record.of(DynamoRecompileEvent):
         guard = call_guard([r.split(":", 1)[-1].strip().split("  #")[0] for r in event.reasons])
@@ -159,7 +169,8 @@ def _unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
         between = (cause == CAUSE_GRAD_MODE and compiled_grad_off(record, event.compile_id)) or (
             cause == CAUSE_INFERENCE_MODE and detail == "into inference mode")
         out.append(UnexpectedCause(cause, event.compile_id, step, guard.split("  #")[0].strip(), changed_at, how, detail,
-                                   between_steps=between and step is not None, argnames=argnames.get(event.compile_id, ())))
+                                   between_steps=between and step is not None, argnames=argnames.get(event.compile_id, ()),
+                                   in_place=in_place))
     return out
 
 
@@ -178,6 +189,8 @@ def compiled_grad_off(record: ModeRecord, compile_id: str) -> bool:
 def fix_text(cause: UnexpectedCause) -> str:
     """The fix of a cause, naming the call made in the new state as the module before torch.compile
     (`cmodel._orig_mod(xv)`) where the line holds one."""
+    if cause.in_place and cause.cause in (CAUSE_GRAD_MODE, CAUSE_TRAIN_EVAL):
+        return IN_PLACE_FIX
     code = cause.changed_at.code if cause.changed_at is not None and cause.how == "called in the new state" else ""
     call = uncompiled_call(code, cause.argnames)
     # The call made in the new state is the evaluation's only where the state went to eval (a

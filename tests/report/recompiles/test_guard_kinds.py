@@ -562,6 +562,31 @@ def test_one_evaluation_under_no_grad_recompiling_every_frame_of_a_broken_forwar
     assert len(summary) == 1 and summary[0].startswith("cause of 0/1, 1/1 between steps 1 and 2: grad mode changed"), summary
 
 
+def test_an_evaluation_of_a_module_compiled_in_place_is_told_to_run_eagerly_not_to_call_orig_mod(record_run):
+    """The same loop with `model.compile()` (in place, as pytorch/examples' word language model
+    compiles): the module has no `_orig_mod`, so the fix that skips the evaluation's compile names
+    set_stance("force_eager") at the evaluation's call, and --verify's patch runs that call so."""
+    script = "../tests/scripts/last_batch_of_one.py"
+    explanation, cwd = _explained(record_run, script, "--drop-last", "--evaluate", "--in-place")
+    (root,) = [c for c in explanation.causes if c.caused_by is None]
+    assert root.facts["kind"] == GUARD_GRAD_MODE and root.facts["compiled_by"]["in_place"] is True
+    path = ROOT / "tests" / "scripts" / "last_batch_of_one.py"
+    compile_line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("    model.compile("))
+    held_out = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "held-out" in text)
+    [skip] = [fix for fix in cause_words(root, cwd).fix if fix.startswith("To skip even that compile")]
+    assert (f"the module is compiled in place (`.compile()` at tests/scripts/{path.name}:{compile_line}), so it has no `_orig_mod`; "
+            'evaluate under `with torch.compiler.set_stance("force_eager"):`') in skip and f"{path.name}:{held_out}" in skip, skip
+    assert "compiled._orig_mod" not in skip
+    patch = patch_for(root, str(path), path.name, path.read_bytes())
+    assert patch is not None and patch.applicable and patch.edited == (held_out,), patch
+    assert "torch.compiler.set_stance('force_eager')(compiled)(torch.ones(4, 6))" in patch.patched  # the f-string's other quote
+    # The lines of causes you may not expect say the same, not `compiled._orig_mod(...)`.
+    run = record_run(script, "--drop-last", "--evaluate", "--in-place")
+    text = cagtool_in_process("recompiles", "--explain", str(run.path)).stdout
+    [fix] = [line for line in text.splitlines() if line.strip().startswith("Fix (grad mode):")]
+    assert "compiled in place" in fix and "_orig_mod(" not in fix, fix
+
+
 def test_a_graph_captured_for_a_last_batch_whose_code_recompiles_for_the_next_epoch_follows_the_batch(record_run):
     """tests/scripts/enable_last_batch_back.py (compiled autograd enabled around the loop, as a
     Lightning user wraps trainer.fit): the last batch of 2 rows recompiles the forward and the

@@ -16,6 +16,13 @@ SELF_CALL_START = re.compile(CALLED + r"\(")
 _DEF_HEADER = re.compile(r"^\s*(?:async\s+)?def\s+\w+\s*\(")
 
 
+
+# How an evaluation runs a module compiled in place (`module.compile()`, no `_orig_mod`) eagerly:
+# set_stance's stance holds inside the block and is restored after it (docs/torch-internals.md).
+FORCE_EAGER = ("evaluate under `with torch.compiler.set_stance(\"force_eager\"):` (compiled code runs eagerly inside it, "
+               "and compiles nothing)")
+
+
 def call_line(code: str | None) -> str:
     """The code of a caller's line that can call: a one-line function's body (`def forward(self, x):
     return self.net(x)` -> `return self.net(x)`), not its header, whose parameters (`self, x`) are

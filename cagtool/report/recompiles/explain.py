@@ -27,7 +27,7 @@ from cagtool.record.schema import (
     HookSite,
     SourceRef,
 )
-from cagtool.report.recompiles.calls import SELF_CALL_START, call_line, calls_on, innermost_call, split_arguments, uncompiled_call
+from cagtool.report.recompiles.calls import FORCE_EAGER, SELF_CALL_START, call_line, calls_on, innermost_call, split_arguments, uncompiled_call
 from cagtool.report.recompiles.reads import EVALUATION_FUNCTION, LimitHit, display_path, format_source, short_file, step_list, steps_place
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
@@ -2992,9 +2992,7 @@ _EVALUATION_FUNCTION = EVALUATION_FUNCTION
 # no `_orig_mod` (DeepSpeed: AttributeError). torch.compiler.set_stance("force_eager") as a context
 # runs any compiled code eagerly inside it (torch 2.13, checked by hand: the evaluation's grad-mode
 # recompile gone, training's graph reused after it).
-COMPILED_IN_PLACE_SKIP = (" A module compiled in place (`module.compile()`, or a library's `engine.compile()`) has no `_orig_mod`: "
-                          "evaluate under `with torch.compiler.set_stance(\"force_eager\"):` there (compiled code runs eagerly inside it, "
-                          "and compiles nothing).")
+COMPILED_IN_PLACE_SKIP = f" A module compiled in place (`module.compile()`, or a library's `engine.compile()`) has no `_orig_mod`: {FORCE_EAGER} there."
 
 
 def _grad_mode_skip(code: str, off: str, training_call: bool = False, params: Sequence[str] = ()) -> str:
@@ -3044,9 +3042,8 @@ def _in_place_skip(facts: dict[str, Any], cwd: str) -> str:
     call = facts.get("evaluation_call")
     at = f", {_at_evaluation_call(call, cwd)}" if call is not None and call.code and not call.via else ""
     return (f"To skip even that compile, run the evaluation eagerly: the module is compiled in place (`.compile()` at "
-            f"{display_path(str(by['file']), cwd)}:{by.get('line')}), so it has no `_orig_mod`; evaluate under "
-            f"`with torch.compiler.set_stance(\"force_eager\"):` (compiled code runs eagerly inside it, compiles nothing, and "
-            f"training's graph is used again after it){at}.")
+            f"{display_path(str(by['file']), cwd)}:{by.get('line')}), so it has no `_orig_mod`; {FORCE_EAGER}: training's graph "
+            f"is used again after it{at}.")
 
 
 def _train_eval_skip(facts: dict[str, Any], cwd: str) -> str:

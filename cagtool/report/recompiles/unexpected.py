@@ -24,7 +24,7 @@ from cagtool.record.schema import (
     FindingEvent,
     SourceRef,
 )
-from cagtool.report.recompiles.calls import uncompiled_call
+from cagtool.report.recompiles.calls import FORCE_EAGER, uncompiled_call
 from cagtool.report.recompiles.reads import forward_step, format_source, steps_place
 from cagtool.torch_text import call_guard, compiled_grad_mode, inference_mode_switch
 
@@ -60,7 +60,7 @@ FIXES = {
                       "it shares the first one's cache)",
     CAUSE_GRAD_MODE: "evaluate with the uncompiled module (`{call}` at the evaluation's call, grad still off there): no compile for "
                      "the evaluation (a module compiled in place, by `module.compile()` or a library's `engine.compile()`, has no "
-                     "`_orig_mod`: evaluate under `with torch.compiler.set_stance(\"force_eager\"):` there). Or accept it: the first "
+                     f"`_orig_mod`: {FORCE_EAGER} there). Or accept it: the first "
                      "evaluation costs one recompile, then both graphs are cached",
     CAUSE_INFERENCE_MODE: "evaluate under one context everywhere (torch.no_grad() for every evaluation, or "
                           "torch.inference_mode() for every one; Lightning: Trainer(inference_mode=False)). Or accept it: one "
@@ -71,9 +71,8 @@ FIXES = {
 }
 
 # The module compiled in place (`model.compile()`): it has no `_orig_mod` (explain.py `_in_place_skip`).
-IN_PLACE_FIX = ("for an evaluation, run it eagerly: the module is compiled in place (`.compile()`), so it has no `_orig_mod`; "
-                "evaluate under `with torch.compiler.set_stance(\"force_eager\"):` (compiled code runs eagerly inside it and compiles "
-                "nothing). Or accept it: the first evaluation costs one recompile, then both graphs are cached")
+IN_PLACE_FIX = (f"for an evaluation, run it eagerly: the module is compiled in place (`.compile()`), so it has no `_orig_mod`; "
+                f"{FORCE_EAGER}. Or accept it: the first evaluation costs one recompile, then both graphs are cached")
 
 
 @dataclass(frozen=True)

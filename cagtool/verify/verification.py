@@ -370,6 +370,28 @@ def _places(side: Side) -> frozenset[str] | None:
     return frozenset(place for places in side.graph_break_places for place in places or ())
 
 
+def numerics_unreproduced(run: RunRecord, base_record: RunRecord, mode: str) -> str | None:
+    """Where the baseline re-run's losses (or final norms) differ from the recorded run's of the mode
+    beyond the tolerance: the same job, seed and options not reproducing its numbers from run to run
+    (Inductor's CPU kernels reducing in threads, amplified by a chaotic learning rate: pytorch/examples'
+    word language model at lr 20 parted at its sixth step), so a fix's re-run differing from the
+    baseline's is no evidence against the fix. The words, or None where they agree (or one is missing)."""
+    from cagtool.report.compare.analysis import Tolerance, compare_samples, numerics_sample
+
+    recorded, again = run.modes.get(mode), base_record.modes.get(mode)
+    if recorded is None or again is None:
+        return None
+    tol = Tolerance()
+    reference, sample = numerics_sample("record", recorded), numerics_sample("baseline", again)
+    if not any(not d.agrees for d in compare_samples([sample], reference, tol).diffs):
+        return None
+    parted = next((step for step in sorted(set(sample.losses) & set(reference.losses))
+                   if not tol.agrees(sample.losses[step], reference.losses[step])), None)
+    where = f"its loss at step {parted}" if parted is not None else "its final norms"
+    return (f"the baseline re-run, without any fix, already differs from the recorded run in {where} (rtol {tol.rtol:g}, "
+            f"atol {tol.atol:g}): the job does not reproduce its numbers from run to run, so a fix's are not compared with them")
+
+
 def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None,
           record: RecordCheck = RecordCheck()) -> tuple[str, list[str]]:
     """The verdict of one fix against the baseline, with the reasons, in words. `record`: the
@@ -997,6 +1019,9 @@ def _verify_in(run: Any, run_dir: Path, work: Path, root: Path, mode: str, fixes
             raise BaselineFailed(f"the baseline re-run itself failed in a later repetition, without any fix "
                                  f"({_why_it_failed(base_record, mode, base_stderr)}): nothing to measure the fixes against; see {root}")
     result.baseline = baseline
+    unreproduced = numerics_unreproduced(run, base_record, mode)
+    if unreproduced:
+        progress(f"baseline: {unreproduced}")
     recorded, _ = _side("record", run_dir, mode, 0.0, loaded=run)
     check = check_against_record(recorded, baseline)
     result.off_record = [words for words in (check.step, check.compile) if words]
@@ -1037,7 +1062,12 @@ def _verify_in(run: Any, run_dir: Path, work: Path, root: Path, mode: str, fixes
         dropped = fix.patch is not None and fix.patch.name == DROP_LAST
         if dropped:
             agree = None
+        if unreproduced and agree is False:
+            # The baseline does not reproduce its own numbers: the fix's differing says nothing of the fix.
+            agree = None
         verdict, reasons = judge(baseline, measured, speedup, agree, check)
+        if unreproduced and agree is None and numerics:
+            reasons.append(f"numerics not judged: {unreproduced}")
         if dropped:
             assert fix.patch is not None
             evaluation = (" (and, through TrainingArguments, the evaluation's last batch out of its metrics)"

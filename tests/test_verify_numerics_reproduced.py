@@ -18,9 +18,9 @@ from cagtool.verify.verification import numerics_unreproduced
 pytestmark = pytest.mark.slow
 
 
-def _recorded(tmp_path, name: str, script: str) -> object:
+def _recorded(tmp_path, name: str, script: str, *args: str) -> object:
     out = tmp_path / name
-    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(out), script),
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(out), script, *args),
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "CI": "true"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return load_run(out)
@@ -32,4 +32,4 @@ def test_a_job_that_does_not_reproduce_its_losses_is_not_judged_on_them_and_one_
     assert words is not None and words.startswith("the baseline re-run, without any fix, already differs from the recorded run "
                                                   "in its loss at step 0"), words
     same = str(ROOT / "sample_scripts" / "mlp_steps.py")  # seeded by cagtool alike in every run
-    assert numerics_unreproduced(_recorded(tmp_path, "c", same), _recorded(tmp_path, "d", same), "ca") is None
+    assert numerics_unreproduced(_recorded(tmp_path, "c", same, "--steps", "8"), _recorded(tmp_path, "d", same, "--steps", "8"), "ca") is None

@@ -182,3 +182,16 @@ def test_a_compile_hint_pastes_into_an_interactive_shell():
     assert hint == "cagtool compile '/tmp/my runs/x' '!0/1/0' --mode aot"
     assert shlex.split(hint) == ["cagtool", "compile", "/tmp/my runs/x", "!0/1/0", "--mode", "aot"]
     assert detail_command("r", "0/1") == "cagtool compile r 0/1"  # nothing to quote: as before
+
+
+# 9. A spread of one step
+
+
+def test_one_steady_step_is_said_without_a_p10_and_p90_that_are_itself(record_run):
+    """time_sequence_prediction (LBFGS, 3 steps, compiled): one steady step read "median 835.60 ms
+    (p10 835.60 ms, p90 835.60 ms) over 1 steady step"."""
+    recorded = record_run("mlp_steps.py", "--steps", "2", modes="eager")
+    assert recorded.returncode == 0, recorded.stderr
+    code, text, _ = cli_in_process("summary", str(recorded.path))
+    [line] = [line for line in text.splitlines() if line.strip().startswith("step time:")]
+    assert code == 0 and line.strip().endswith("over 1 steady step") and "p10" not in line, line

@@ -647,7 +647,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         if unsteady is not None:  # the steps between compiles of a job still compiling are no steady figure
             console.print(f"  step time{clock}: {unsteady}; between compiles: median {_ms(st.median_s)} over {plural(st.count, 'step')}{excluded}")
         else:
-            console.print(f"  step time{clock}: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {plural(st.count, 'steady step')}{excluded}")
+            # One steady step has no spread to show (its p10 and p90 are itself).
+            spread = f" (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)})" if st.count > 1 else ""
+            console.print(f"  step time{clock}: median {_ms(st.median_s)}{spread} over {plural(st.count, 'steady step')}{excluded}")
         wait = cpu_wait(record)
         if wait is not None and wait.fraction >= BUSY_WAIT:
             median = f", its median step {wait.step_fraction:.0%}" if round(wait.step_fraction, 2) != round(wait.fraction, 2) else ""

@@ -258,7 +258,7 @@ def test_a_fix_that_uncovers_a_guard_the_record_never_named_is_partly_verified_a
     run = _copy(record_run, tmp_path, str(ROOT / "tests" / "scripts" / "set_on_first_call.py"))
     proc = cagtool_in_process("recompiles", str(run), "--explain", "--format", "json", env={"CI": "true"})
     size = json.loads(proc.stdout)["modes"]["ca"]["explanation"]["causes"][0]
-    assert size["compiled_by"] == {"file": size["source"]["file"], "line": 22, "via": "", "dynamic": None}
+    assert size["compiled_by"] == {"file": size["source"]["file"], "line": 22, "via": "", "dynamic": None, "in_place": False}
     assert "Or compile with dynamic=True (your torch.compile at tests/scripts/set_on_first_call.py:22)" in size["fix"][0]
     proc, data = _verify(run, "--fix", "dynamic-sources")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -492,34 +492,34 @@ def _compiled_names(tree: ast.AST) -> set[str]:
     (`model = torch.compile(model)`, `self.model = torch.compile(net)`), compiled in place
     (`model.compile()`), or a function decorated with `@torch.compile`: which call of a line that
     makes several (`model(input_ids=batch(32))`) is the compiled one."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "torch.compile":
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                if isinstance(target, (ast.Name, ast.Attribute)):
-                    names.add(ast.unparse(target))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile" and ast.unparse(node.func.value) != "torch":
-            names.add(ast.unparse(node.func.value))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-                ast.unparse(d.func if isinstance(d, ast.Call) else d) == "torch.compile" for d in node.decorator_list):
-            names.add(node.name)
-    return names
+    wrapped, in_place, decorated = _compile_sites(tree)
+    return wrapped | in_place | decorated
 
 
 def _compiled_in_place(tree: ast.AST) -> set[str]:
     """The names the script calls `.compile()` on (`model.compile()`): modules compiled in place,
     with no `_orig_mod`; not those it also assigns a `torch.compile(...)` result to."""
-    wrapped = {ast.unparse(target) for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-               and ast.unparse(node.value.func) == "torch.compile" for target in node.targets}
-    return {ast.unparse(node.func.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile"
-            and ast.unparse(node.func.value) != "torch"} - wrapped
+    wrapped, in_place, _ = _compile_sites(tree)
+    return in_place - wrapped
 
 
-def _imports_torch(tree: ast.Module) -> bool:
-    """Whether the script binds `torch` at its top level (`import torch`)."""
-    return any(isinstance(node, ast.Import) and any(alias.name == "torch" and alias.asname is None for alias in node.names)
-               for node in tree.body)
+def _compile_sites(tree: ast.AST) -> tuple[set[str], set[str], set[str]]:
+    """(names assigned a `torch.compile(...)` result, names `.compile()` is called on, functions
+    decorated with `@torch.compile`), in one walk of the script's tree."""
+    wrapped: set[str] = set()
+    in_place: set[str] = set()
+    decorated: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "torch.compile":
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, (ast.Name, ast.Attribute)):
+                    wrapped.add(ast.unparse(target))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile" and ast.unparse(node.func.value) != "torch":
+            in_place.add(ast.unparse(node.func.value))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                ast.unparse(d.func if isinstance(d, ast.Call) else d) == "torch.compile" for d in node.decorator_list):
+            decorated.add(node.name)
+    return wrapped, in_place, decorated
 
 
 def _switches_to(stmt: ast.stmt) -> bool | None:
@@ -649,7 +649,7 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     # has no `_orig_mod`: its evaluation's calls run under set_stance("force_eager") as a decorator,
     # which restores the stance when the call returns.
     by = cause.facts.get("compiled_by")
-    in_place = (bool(isinstance(by, dict) and by.get("in_place")) or callee in _compiled_in_place(tree)) and _imports_torch(tree)
+    in_place = (bool(isinstance(by, dict) and by.get("in_place")) or callee in _compiled_in_place(tree)) and imports_torch(tree)
     if in_place:
         title = 'run the evaluation eagerly (torch.compiler.set_stance("force_eager"))'
     for quote in ('"', "'"):  # the other quote where a call sits in an f-string of the first (Python 3.11)

@@ -274,8 +274,13 @@ def test_drop_last_in_a_loop_that_counts_steps_trains_other_batches_and_is_not_j
     """tests/scripts/steps_counted_last_batch.py: a loop of 6 steps over epochs of 8, 8, 4 rows (HF
     Trainer's max_steps counts so). drop_last=True keeps the 6 steps and trains other batches: the
     losses differ by design, as where it drops steps; never a numerics verdict (it read HARMFUL,
-    "losses or final norms changed", for the change the fix exists to make)."""
-    run = _copy(record_run, tmp_path, str(ROOT / "tests" / "scripts" / "steps_counted_last_batch.py"))
+    "losses or final norms changed", for the change the fix exists to make). Its batches come from
+    a worker process, forked each of its 2 epochs (the record follows it): a fork runs the patched copy its
+    parent runs, so the patch is applied (it read "the job's worker processes re-import the script
+    by its path" and ran nothing)."""
+    run = _copy(record_run, tmp_path, str(ROOT / "tests" / "scripts" / "steps_counted_last_batch.py"), "--workers", "1")
+    ca = load_run(run).modes["ca"]
+    assert [p.manifest.process["forked_from"] for p in ca.processes.values()] == [ca.manifest.process["pid"]] * 2  # one a epoch
     proc, data = _verify(run, "--fix", "drop-last")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (fix,) = data["verification"]["fixes"]

@@ -205,9 +205,11 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         patches = {n: with_evaluations_recompiles(p, explanation.causes, script) for n, p in patches.items()}
     _one_run_a_patch(patches)
     recorded = record.modes.get(mode)
-    if recorded is not None and recorded.processes:
-        # Worker processes (multiprocessing spawn, DDP ranks) re-import the script by its path:
-        # they would run the user's file, not the copy, and the measure would not be the patch's.
+    # Worker processes started afresh (multiprocessing spawn, DDP ranks, a subprocess) re-import the
+    # script by its path: they would run the user's file, not the copy, and the measure would not be
+    # the patch's. A forked one (a DataLoader's workers on Linux) runs the copy its parent runs.
+    reimports = recorded is not None and any(not (p.manifest.process or {}).get("forked_from") for p in recorded.processes.values())
+    if reimports:
         for patch in patches.values():
             if patch.applicable:
                 patch.applicable, patch.patched = False, None
@@ -215,7 +217,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
                                  "so they would run your file, not a patched copy: apply the diff and record again")
     fixes += [patch_fix(p) for p in {id(p): p for p in patches.values()}.values() if p.applicable]
     dropped = drop_last_patch(last_batch, script, display, source) if last_batch else None
-    if dropped is not None and dropped.applicable and recorded is not None and recorded.processes:
+    if dropped is not None and dropped.applicable and reimports:
         dropped.applicable, dropped.patched = False, None
         dropped.why_not = "the job's worker processes re-import the script by its path, so they would run your file, not a patched copy"
     if dropped is not None and dropped.applicable:

@@ -1,6 +1,7 @@
 """The graph file format: graphs/ca_<N>.json, one compiled-autograd graph's nodes, structured
 (written by capture, read by diff-graphs): `{"format": "cagtool-ca-graph", "schema_version": 1,
-"ca_id": N, "compile_id": "!N", "nodes": [GraphNode...]}`."""
+"ca_id": N, "compile_id": "!N", "nodes": [GraphNode...], "symbols": {"s35": 64, ...}}`; `symbols`, each
+size symbol's value in that capture, is absent from files written before it was kept."""
 
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ class GraphFile(Struct, kw_only=True):
     ca_id: int | None = None
     compile_id: str | None = None
     nodes: list[GraphNode]
+    # Each size symbol's value in this capture: a capture numbers its symbols afresh, so two
+    # graphs' symbolic shapes are compared by value (None: a file from before it was kept).
+    symbols: dict[str, int] | None = None
 
 
 def graph_node_to_dict(node: GraphNode) -> dict[str, Any]:
@@ -51,12 +55,14 @@ def graph_node_to_dict(node: GraphNode) -> dict[str, Any]:
     return msgspec.to_builtins(node)  # type: ignore[no-any-return]
 
 
-def graph_file_text(ca_id: int, compile_id: str, nodes: list[GraphNode]) -> str:
+def graph_file_text(ca_id: int, compile_id: str, nodes: list[GraphNode], symbols: dict[str, int] | None = None) -> str:
     """The file's text: json's layout, the one every graph file so far was written in."""
     import json
 
-    payload = GraphFile(format=GRAPH_FORMAT, schema_version=SCHEMA_VERSION, ca_id=ca_id, compile_id=compile_id, nodes=nodes)
-    return json.dumps(msgspec.to_builtins(payload), default=str) + "\n"
+    payload = msgspec.to_builtins(GraphFile(format=GRAPH_FORMAT, schema_version=SCHEMA_VERSION, ca_id=ca_id, compile_id=compile_id, nodes=nodes, symbols=symbols))
+    if symbols is None:
+        del payload["symbols"]  # a graph with no symbolic size: the file as it was written before symbols were kept
+    return json.dumps(payload, default=str) + "\n"
 
 
 _DECODER: msgspec.json.Decoder | None = None
@@ -90,15 +96,17 @@ class GraphColumns:
     shapes: list[list[int | str] | None]
     dtypes: list[str | None]
     strides: list[list[int | str] | None]
+    symbols: dict[str, int] | None = None  # GraphFile.symbols
 
     def __len__(self) -> int:
         return len(self.names)
 
 
-def graph_columns(nodes: Sequence[GraphNode]) -> GraphColumns:
+def graph_columns(nodes: Sequence[GraphNode], symbols: dict[str, int] | None = None) -> GraphColumns:
     """The columns of GraphNode objects (whatever their origin: built by hand, or read and checked)."""
     origins = [None if node.origin is None else (node.origin.name, node.origin.node_call) for node in nodes]
     return GraphColumns(
         [n.name for n in nodes], [n.op for n in nodes], [n.target for n in nodes], [n.args for n in nodes], origins,
         [n.aot_id for n in nodes], [n.hook_type for n in nodes], [n.shape for n in nodes], [n.dtype for n in nodes], [n.stride for n in nodes],
+        symbols,
     )

@@ -839,7 +839,8 @@ def load_graph_columns(path: Path) -> GraphColumns:
     """The graph file's nodes as columns (what diff-graphs reads)."""
     from cagtool.record.graph_file import graph_columns
 
-    return graph_columns(load_graph_nodes(path))
+    document = load_graph_file(path)
+    return graph_columns(document.nodes, document.symbols)
 
 
 def load_graph_file(path: Path) -> GraphFile:

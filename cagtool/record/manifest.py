@@ -131,7 +131,9 @@ class ModeManifest(Struct):
     torch_counters: dict[str, dict[str, int]] = field(default_factory=dict)
     options: ModeOptions = field(default_factory=ModeOptions)  # type: ignore[assignment]
     # Which process of the job this record is (PROTOCOL layout): key "main" | "rank<N>" | "pid<PID>",
-    # pid, ppid, rank, local_rank, world_size (None when unknown), role "main" | "child", argv.
+    # pid, ppid, rank, local_rank, world_size (None when unknown), role "main" | "child", argv;
+    # forked_from: the parent's pid where the process is a fork (it runs its parent's code, never
+    # re-imports the script: a DataLoader's workers on Linux), absent where it started afresh.
     process: dict[str, Any] = field(default_factory=dict)
     # Set on records built by `cagtool import` (mode "imported"): the source logs, what was read,
     # skipped or inferred, and `not_in_log` (what such a record cannot have: step times...).

@@ -438,7 +438,7 @@ class RecordWriter:
             self._take_queued()
             self._write_held()
 
-    def write_graph(self, ca_id: int, compile_id: str, code: str, nodes: list[GraphNode]) -> tuple[str, str]:
+    def write_graph(self, ca_id: int, compile_id: str, code: str, nodes: list[GraphNode], symbols: dict[str, int] | None = None) -> tuple[str, str]:
         """The graph's two files; ("", "") when recording has stopped (or stops here). A nodes file
         over MAX_JSON_FILE_BYTES (what the loader reads) is not written: its name is "", and a
         finding says so. Code over MAX_TEXT_FILE_BYTES is cut to it (`_text_file`)."""
@@ -446,7 +446,7 @@ class RecordWriter:
         nodes_rel = f"{GRAPHS_DIR}/ca_{ca_id}.json"
         if self.stopped is not None:
             return "", ""
-        nodes_text = graph_file_text(ca_id, compile_id, nodes)
+        nodes_text = graph_file_text(ca_id, compile_id, nodes, symbols)
         left_out = len(nodes_text) if len(nodes_text) > MAX_JSON_FILE_BYTES else 0  # json's ASCII escapes: one byte a character
         code_bytes, code_size = _text_file(code)
         files = ((code_rel, code_bytes),) if left_out else ((code_rel, code_bytes), (nodes_rel, nodes_text.encode()))

@@ -454,6 +454,7 @@ class CaptureObserver:
 
     def _on_end(self, inst: Any, outputs: Any, orig_end: Callable[..., Any]) -> Any:
         shapes = self._guarded("end_capture", lambda: graph_dump.snapshot_meta(inst.fx_tracer.graph)) or {}
+        inst._cag_symbols = self._guarded("end_capture", lambda: graph_dump.symbol_values(inst.fx_tracer.graph)) or None
         captured: dict[str, Any] = {}
         user_compiler = inst.compiler_fn
         # The graph is taken where torch builds it, just before it hands it to the compiler, and the
@@ -557,7 +558,7 @@ class CaptureObserver:
         summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None), getattr(inst, "_cag_input_params", None))
         inst._cag_hook_slots = summary.hook_slots
         code = graph_dump.readable_code(gm, {})  # the values are in the nodes file (their fakes are gone from the graph)
-        code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code, summary.nodes)
+        code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code, summary.nodes, getattr(inst, "_cag_symbols", None))
         is_ours = self.cagtool_compiler is not None and compiler is self.cagtool_compiler
         backend = compiler_backend(compiled_fn, compiler)
         self.writer.emit(

@@ -181,6 +181,31 @@ def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
     return out
 
 
+def symbol_values(graph: Any) -> dict[str, int]:
+    """Each size symbol's value in this capture (`s35` -> 64), from the shape environment of the
+    graph's fake values while they are attached (end_capture deletes them). Each capture numbers
+    its symbols afresh and duck-sizes equal sizes into one symbol, so two graphs' shapes are compared
+    by these values, not by their symbols' names (report/graphs/diff.py). A dict read: no guard is
+    asked for (`backed_var_to_val`, the table torch keeps of each backed symbol's value)."""
+    for node in graph.nodes:
+        value = node.meta.get("val", node.meta.get("example_value"))
+        for size in getattr(value, "shape", None) or ():
+            shape_env = getattr(getattr(size, "node", None), "shape_env", None)
+            if shape_env is None:
+                continue
+            table = getattr(shape_env, "backed_var_to_val", None)
+            if not isinstance(table, dict):
+                return {}
+            out: dict[str, int] = {}
+            for symbol, number in table.items():
+                try:
+                    out[str(symbol)] = int(number)
+                except (TypeError, ValueError):  # not a plain integer: left out, its dims compare by name
+                    continue
+            return out
+    return {}
+
+
 def _placeholder_item(node: Any, placeholder: str) -> int | None:
     """i of a node `getitem(<placeholder>, i)` (how the CA graph reads `inputs[i]`, `scalars[i]`)."""
     if node.op != "call_function":

@@ -18,6 +18,7 @@ node downstream of it. Each level uses `align.opcodes` (patience diff).
 
 from __future__ import annotations
 
+import ast
 import gc
 import re
 from collections import Counter
@@ -43,6 +44,9 @@ class FieldChange:
     field: str
     old: str
     new: str
+    # A shape or stride judged by its sizes' values (_by_value): each side's values
+    old_values: list[int] | None = None
+    new_values: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,9 @@ class GraphDiffSummary:
     hooks_added: list[str]  # hook types of inserted call_hook nodes
     hooks_removed: list[str]
     became_symbolic: list[SymbolicSize] = field(default_factory=list)
+    # Of the changed: nodes whose only change is their symbolic sizes' values, the same code
+    # captured for other sizes (_by_value)
+    resized: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ class GraphDiff:
     @property
     def identical(self) -> bool:
         s = self.summary
-        return s.inserted == 0 and s.removed == 0 and s.changed == 0
+        return s.inserted == 0 and s.removed == 0 and s.changed == s.resized  # the same code, whatever sizes it was captured for
 
 
 def diff_graphs(old: Sequence[GraphNode] | GraphColumns | NormGraph, new: Sequence[GraphNode] | GraphColumns | NormGraph) -> GraphDiff:
@@ -103,6 +110,8 @@ def diff_graphs(old: Sequence[GraphNode] | GraphColumns | NormGraph, new: Sequen
         # pairs aligned on (op, target) alone are compared field by field.
         symbols = SymbolRenaming()
         entries = tuple([_compare(e, mapping, symbols) if e.kind == CHANGED else e for e in raw])
+        if old_graph.symbols and new_graph.symbols:
+            entries = tuple([_by_value(e, old_graph.symbols, new_graph.symbols) for e in entries])
         return GraphDiff(old_graph, new_graph, entries, _summarise(old_graph, new_graph, entries, mapping))
 
 
@@ -279,6 +288,100 @@ def _compare(entry: NodeDiff, mapping: dict[int, int], symbols: SymbolRenaming |
     return NodeDiff(CHANGED, old, new, tuple(changes))
 
 
+_SIZE_LIMIT = 1 << 64  # no tensor has a size or stride past this: a larger figure is no size
+
+
+def size_value(size: int | str, symbols: dict[str, int]) -> int | None:
+    """A size's value in its capture: an int as it is, a symbol or an expression of symbols (`s20**2`,
+    `s35*s36`, as sympy prints them) with each symbol's recorded value; None where a name has no
+    value (an unbacked `u0`) or the text is not plain integer arithmetic within a size's range (a
+    record is read as untrusted: nothing in it is run, and no figure grows past _SIZE_LIMIT)."""
+    if isinstance(size, int):
+        return size
+    if len(size) > 200:
+        return None
+    try:
+        tree = ast.parse(size, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    try:
+        return _size_of(tree, symbols)
+    except RecursionError:
+        return None
+
+
+def _size_of(node: ast.AST, symbols: dict[str, int]) -> int | None:
+    if isinstance(node, ast.Constant):
+        value = node.value
+        return value if type(value) is int else None
+    if isinstance(node, ast.Name):
+        return symbols.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _size_of(node.operand, symbols)
+        return None if inner is None else -inner
+    if not isinstance(node, ast.BinOp):
+        return None
+    left, right = _size_of(node.left, symbols), _size_of(node.right, symbols)
+    if left is None or right is None:
+        return None
+    op = node.op
+    if isinstance(op, ast.Add):
+        value = left + right
+    elif isinstance(op, ast.Sub):
+        value = left - right
+    elif isinstance(op, ast.Mult):
+        value = left * right
+    elif isinstance(op, ast.FloorDiv) and right:
+        value = left // right
+    elif isinstance(op, ast.Pow) and 0 <= right <= 64 and abs(left) < _SIZE_LIMIT:
+        value = left**right
+    else:
+        return None
+    return value if abs(value) < _SIZE_LIMIT else None
+
+
+def _values(sizes: Sequence[int | str], symbols: dict[str, int]) -> list[int] | None:
+    values = [size_value(size, symbols) for size in sizes]
+    return None if None in values else values  # type: ignore[return-value]
+
+
+def _ties(sizes: Sequence[int | str]) -> list[int]:
+    """Which earlier dim each dim shares its symbol (or expression) with: [s58, s58] -> [0, 0], [s38, s58] -> [0, 1]."""
+    first: dict[int | str, int] = {}
+    return [first.setdefault(size, i) if isinstance(size, str) else i for i, size in enumerate(sizes)]
+
+
+def _by_value(entry: NodeDiff, old_symbols: dict[str, int], new_symbols: dict[str, int]) -> NodeDiff:
+    """Shape and stride judged by the sizes' values where both graphs recorded their symbols'. Each
+    capture names its symbols afresh and duck-sizes equal sizes into one symbol: the same text may be
+    other sizes (`[s35, 1, s20, s20]`: 64 rows in one graph, 8 in the next) and other text the same
+    sizes (`s35*s36**2` and `s36**2*s74`). A size that became symbolic stays a change of its own."""
+    old, new = entry.old, entry.new
+    if old is None or new is None or entry.kind not in (EQUAL, CHANGED):
+        return entry
+    changes = {c.field: c for c in entry.changes}
+    touched = False
+    for name in ("shape", "stride"):
+        a, b = getattr(old, name), getattr(new, name)
+        if a is None or b is None or len(a) != len(b) or all(type(x) is int for x in (*a, *b)):
+            continue
+        if [type(x) for x in a] != [type(x) for x in b] or _ties(a) != _ties(b):
+            continue  # a number that became a symbol (or back), or dims that shared a symbol and no longer do: the text's change says so
+        va, vb = _values(a, old_symbols), _values(b, new_symbols)
+        if va is None or vb is None:
+            continue
+        if va == vb:
+            touched |= changes.pop(name, None) is not None
+        else:
+            changes[name] = FieldChange(name, _text(a), _text(b), va, vb)
+            touched = True
+    if not touched:
+        return entry
+    order = {"target": 0, "args": 1, "shape": 2, "dtype": 3, "stride": 4, "hook_type": 5}
+    kept = tuple(sorted(changes.values(), key=lambda c: order.get(c.field, 9)))
+    return NodeDiff(CHANGED, old, new, kept) if kept else NodeDiff(EQUAL, old, new)
+
+
 def _histogram(graph: NormGraph) -> Counter[str]:
     return Counter(n.short for n in graph.nodes if n.op not in ("placeholder", "output"))
 
@@ -384,6 +487,7 @@ def _summarise(old: NormGraph, new: NormGraph, entries: tuple[NodeDiff, ...], ol
         hooks_added=[e.new.hook_type or e.new.short for e in entries if e.kind == INSERTED and e.new is not None and _is_hook(e.new)],
         hooks_removed=[e.old.hook_type or e.old.short for e in entries if e.kind == REMOVED and e.old is not None and _is_hook(e.old)],
         became_symbolic=symbolic,
+        resized=sum(1 for e in entries if e.kind == CHANGED and e.changes and all(c.old_values is not None for c in e.changes)),
     )
 
 

@@ -130,6 +130,7 @@ class OriginGroup:
 class NormGraph:
     nodes: tuple[NormNode, ...]
     groups: tuple[OriginGroup, ...]
+    symbols: dict[str, int] | None = None  # each size symbol's value in this capture (GraphFile.symbols)
 
     def group_nodes(self, group: OriginGroup) -> tuple[NormNode, ...]:
         return self.nodes[group.start : group.stop]
@@ -294,7 +295,7 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
             unread[i] = True
     if names:
         groups.append(OriginGroup(origin[0], origin[1], group_start, len(names)))
-    return NormGraph(tuple(out), tuple(groups))
+    return NormGraph(tuple(out), tuple(groups), columns.symbols)
 
 
 def _counter_stripped(names: list[str]) -> list[str]:

@@ -148,9 +148,14 @@ def summary_lines(comparison: GraphComparison) -> list[Text]:
         lines = [Text(f"same code, not the same graph: {s.new_nodes} nodes, same structure, but the sizes compiled autograd "
                       "holds dynamic for them differ (the record shows it, the code does not)", style="bold")]
         return lines + [Text(line) for line in sizes_lines(comparison, comparison.sizes)]
+    resized = f" ({s.resized} only in their sizes' values)" if s.resized else ""
+    if comparison.diff.identical:
+        return [Text(f"same code, captured for other sizes: {s.new_nodes} nodes, same structure; {s.resized} of them hold sizes "
+                     "of other values (shown above, symbol by symbol as each capture recorded them)", style="bold")]
     lines = [
         Text(
-            f"{s.inserted} inserted, {s.removed} removed, {s.changed} changed, {s.equal} unchanged "
+            f"{s.inserted} inserted, {s.removed} removed, {s.changed} changed{resized}, "
+            f"{s.equal} unchanged "
             f"({s.old_nodes} → {s.new_nodes} nodes)",
             style="bold",
         )
@@ -231,7 +236,9 @@ def _sizes_json(comparison: GraphComparison) -> dict[str, Any] | None:
 
 
 def changed_fields(entry: NodeDiff) -> str:
-    return ", ".join(c.field for c in entry.changes)
+    """The fields that changed; a shape or stride judged by value with its values (its symbols may
+    read alike on both sides, `[s35, 1]` with s35 64 in one graph and 8 in the other)."""
+    return ", ".join(c.field if c.old_values is None else f"{c.field} {c.old_values} -> {c.new_values}" for c in entry.changes)
 
 
 class _HunkRenderer:

@@ -80,7 +80,7 @@ class GraphComparison:
     def identical(self) -> bool:
         """The same code and, as far as the record tells, the same sizes held dynamic: what
         `diff-graphs` exits 0 for."""
-        return self.diff.identical and self.sizes is None
+        return self.diff.identical and self.sizes is None and not self.diff.summary.resized
 
 
 def shape_miss(side: GraphSide) -> CacheMissEvent | None:

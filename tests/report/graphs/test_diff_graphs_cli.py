@@ -312,5 +312,11 @@ def test_the_same_code_captured_again_when_sizes_became_dynamic_is_not_identical
     assert code == 1 and doc["identical"] is False and c["identical"] is False and c["same_code"] is True
     assert c["sizes"]["old"]["captured_for"] == "new_node" and c["sizes"]["new"]["captured_for"] == "changed_shapes"
     assert [s["index"] for s in c["sizes"]["new"]["became_dynamic"]] == [2, 3] and c["sizes"]["new"]["dynamic_sizes"] == 4
+    # Each graph file keeps its symbols' values in that capture: the same code, captured for a length
+    # of 12 and then 9, shows which inputs held which sizes (the symbols' names alike on both sides).
+    values = [json.loads((run.path / "ca" / "graphs" / f"ca_{i}.json").read_text())["symbols"] for i in (1, 2)]
+    assert 12 in values[0].values() and 9 in values[1].values() and 12 not in values[1].values(), values
+    assert c["summary"]["resized"] == 4 and c["summary"]["changed"] == 4, c["summary"]
+    assert any(line.endswith("# changed: shape [4, 12] -> [4, 9], stride [12, 1] -> [9, 1]") for line in lines), lines
     assert diff(str(run.path), "2", "1", "-f", "stat").returncode == 1  # either way round
     assert diff(f"{run.path}:2", f"{run.path}:2", "-f", "stat").returncode == 0  # a graph is its own

@@ -617,3 +617,45 @@ def test_a_names_count_is_the_graphs_own_whatever_the_alignment_paired():
     new_to_old = {v: k for k, v in old_to_new.items()}
     added, removed = _added_and_removed(old, new, old_to_new, new_to_old)
     assert added == [] and removed == ["CompiledFunctionBackward0"]
+
+
+def test_symbolic_sizes_are_compared_by_the_values_each_capture_recorded():
+    """pytorch/examples' super_resolution with its last batch of 8: each capture names its symbols
+    afresh and duck-sizes equal sizes into one, so `[s35, 1, s20, s20]` held 64 rows at step 0 and
+    8 at step 3 (it read unchanged), and a weight `[s35, s35, 3, 3]` that became `[s74, s74, 3, 3]`
+    with its stride printed in another order held the same 64x64 (it read "changed: stride"). With
+    the values each graph file records, the batch input is the change, named by its values, and
+    the weight is not; the code is the same."""
+    from cagtool.record.graph_file import graph_columns
+
+    old, new = graph(None), graph(None)
+    old[-2] = _with(old[-2], shape=["s35", 1, "s20", "s20"], stride=["s20**2", "s20**2", "s20", 1], dtype="float32")
+    new[-2] = _with(new[-2], shape=["s35", 1, "s20", "s20"], stride=["s20**2", "s20**2", "s20", 1], dtype="float32")
+    old[-3] = _with(old[-3], shape=["s35", "s35", 3, 3], stride=["9*s35", 9, 3, 1], dtype="float32")
+    new[-3] = _with(new[-3], shape=["s74", "s74", 3, 3], stride=["9*s74", 9, 3, 1], dtype="float32")
+    old[-4] = _with(old[-4], shape=["s35", "s36"], stride=["s35*s36**2", 1], dtype="float32")
+    new[-4] = _with(new[-4], shape=["s74", "s36"], stride=["s36**2*s74", 1], dtype="float32")
+    before = [e for e in diff_graphs(old, new).entries if e.kind != EQUAL]
+    assert [e.new.label for e in before] != [new[-2].name]  # by symbol names alone: the batch input hidden
+    diff = diff_graphs(graph_columns(old, {"s35": 64, "s20": 32, "s36": 3}), graph_columns(new, {"s35": 8, "s20": 32, "s74": 64, "s36": 3}))
+    (changed,) = [e for e in diff.entries if e.kind != EQUAL]
+    assert changed.new.name == new[-2].name and [(c.field, c.old_values, c.new_values) for c in changed.changes] == [("shape", [64, 1, 32, 32], [8, 1, 32, 32])]
+    assert diff.summary.resized == 1 and diff.identical  # the same code, captured for another batch
+    assert render.changed_fields(changed) == "shape [64, 1, 32, 32] -> [8, 1, 32, 32]"
+    # Dims that shared a symbol and no longer do stay a change of the text, whatever the values.
+    new[-3] = _with(new[-3], shape=["s74", "s35", 3, 3])
+    diff = diff_graphs(graph_columns(old, {"s35": 64, "s20": 32, "s36": 3}), graph_columns(new, {"s35": 64, "s20": 32, "s74": 64, "s36": 3}))
+    assert [(e.new.name, [c.field for c in e.changes]) for e in diff.entries if e.kind != EQUAL] == [(new[-3].name, ["shape"])]
+    assert diff.summary.resized == 0 and not diff.identical
+
+
+@pytest.mark.parametrize("text, value", [
+    ("s20**2", 1024), ("s35*s36**2", 576), ("(s35//2) + 1", 33), ("-s20", -32), (7, 7),
+    ("u0", None),  # an unbacked symbol: no value recorded
+    ("9**9**9", None), ("s35**s35", None),  # past any size: never computed
+    ("__import__('os')", None), ("Mod(s35, 2)", None), ("s35 if s20 else 0", None), ("x" * 300, None),  # not arithmetic: nothing run
+])
+def test_a_size_expression_is_read_as_arithmetic_of_recorded_values_and_nothing_else(text, value):
+    from cagtool.report.graphs.diff import size_value
+
+    assert size_value(text, {"s35": 64, "s20": 32, "s36": 3}) == value

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cagtool_in_process
+from cagtool.record.loader import load_run
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +40,11 @@ def test_a_ddp_jobs_fix_is_measured_on_rank_0_with_exact_counts(ddp_unsynced_rag
     assert (base["ca_recompiles"], base["dynamo_recompiles"], base["ca_graphs"]) == ([1], [0], [2])
     assert (after["ca_recompiles"], after["dynamo_recompiles"], after["ca_graphs"]) == ([0], [1], [1])
     assert fix["verdict"] == "no effect" and fix["numerics_agree"] is True, fix["reasons"]
+    # Its ranks were started afresh (mp.spawn): they import the script again, so a patched copy
+    # would not be what they run (code patches are refused for such a job); a fork would run it.
+    from cagtool.verify.patch import reimports_script
+
+    assert reimports_script(load_run(run).modes["ca"])
     # Both ranks were recorded in each re-run.
     for side in (base, after):
         assert sorted(p.name for p in (Path(side["run"]) / "ca" / "procs").iterdir()) == ["rank0", "rank1"]

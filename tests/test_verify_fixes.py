@@ -281,6 +281,9 @@ def test_drop_last_in_a_loop_that_counts_steps_trains_other_batches_and_is_not_j
     run = _copy(record_run, tmp_path, str(ROOT / "tests" / "scripts" / "steps_counted_last_batch.py"), "--workers", "1")
     ca = load_run(run).modes["ca"]
     assert [p.manifest.process["forked_from"] for p in ca.processes.values()] == [ca.manifest.process["pid"]] * 2  # one a epoch
+    from cagtool.verify.patch import reimports_script
+
+    assert not reimports_script(ca)
     proc, data = _verify(run, "--fix", "drop-last")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (fix,) = data["verification"]["fixes"]

@@ -171,6 +171,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     from cagtool.record.seal import check_job, sealed_bytes
     from cagtool.verify.fixes import fixes_for, patch_fix, unanswered_causes
     from cagtool.verify.last_batch import drop_last_patch, fix_call
+    from cagtool.verify.patch import reimports_script
     from cagtool.verify.patches import patch_for, with_evaluations_recompiles
     from cagtool.verify.verification import estimate_seconds, rerun_key, verify
 
@@ -205,10 +206,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         patches = {n: with_evaluations_recompiles(p, explanation.causes, script) for n, p in patches.items()}
     _one_run_a_patch(patches)
     recorded = record.modes.get(mode)
-    # Worker processes started afresh (multiprocessing spawn, DDP ranks, a subprocess) re-import the
-    # script by its path: they would run the user's file, not the copy, and the measure would not be
-    # the patch's. A forked one (a DataLoader's workers on Linux) runs the copy its parent runs.
-    reimports = recorded is not None and any(not (p.manifest.process or {}).get("forked_from") for p in recorded.processes.values())
+    reimports = reimports_script(recorded)
     if reimports:
         for patch in patches.values():
             if patch.applicable:

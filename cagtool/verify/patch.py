@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import difflib
 from dataclasses import dataclass
+from typing import Any
 
 YOUR_CODE = "your code"
 
@@ -30,6 +31,15 @@ class Patch:
     def to_dict(self) -> dict:
         return {"name": self.name, "causes": list(self.causes), "title": self.title, "file": self.file, "line": self.line,
                 "diff": self.diff, "applicable": self.applicable, "why_not": self.why_not, "who": self.who}
+
+
+def reimports_script(mode: Any) -> bool:
+    """Whether a process of the recorded mode (a ModeRecord) started afresh besides its main one:
+    multiprocessing spawn, a DDP rank, a subprocess. Such a process imports the script again by its
+    path, so it would run the user's file, not a patched copy, and a re-run would not measure the
+    patch. A fork (`forked_from` in its record: a DataLoader's workers on Linux) runs the code its
+    parent runs, the copy included."""
+    return mode is not None and any(not (p.manifest.process or {}).get("forked_from") for p in mode.processes.values())
 
 
 def unified_diff(path: str, before: list[str], after: list[str]) -> str:

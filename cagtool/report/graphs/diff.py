@@ -111,7 +111,8 @@ def diff_graphs(old: Sequence[GraphNode] | GraphColumns | NormGraph, new: Sequen
         symbols = SymbolRenaming()
         entries = tuple([_compare(e, mapping, symbols) if e.kind == CHANGED else e for e in raw])
         if old_graph.symbols and new_graph.symbols:
-            entries = tuple([_by_value(e, old_graph.symbols, new_graph.symbols) for e in entries])
+            memos: tuple[dict[int | str, int | None], dict[int | str, int | None]] = ({}, {})
+            entries = tuple([_by_value(e, old_graph.symbols, new_graph.symbols, memos) for e in entries])
         return GraphDiff(old_graph, new_graph, entries, _summarise(old_graph, new_graph, entries, mapping))
 
 
@@ -315,7 +316,8 @@ def _size_of(node: ast.AST, symbols: dict[str, int]) -> int | None:
         value = node.value
         return value if type(value) is int else None
     if isinstance(node, ast.Name):
-        return symbols.get(node.id)
+        value = symbols.get(node.id)
+        return value if type(value) is int and abs(value) < _SIZE_LIMIT else None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = _size_of(node.operand, symbols)
         return None if inner is None else -inner
@@ -340,8 +342,14 @@ def _size_of(node: ast.AST, symbols: dict[str, int]) -> int | None:
     return value if abs(value) < _SIZE_LIMIT else None
 
 
-def _values(sizes: Sequence[int | str], symbols: dict[str, int]) -> list[int] | None:
-    values = [size_value(size, symbols) for size in sizes]
+def _values(sizes: Sequence[int | str], symbols: dict[str, int], memo: dict[int | str, int | None]) -> list[int] | None:
+    """Each size's value; `memo` holds the graph's sizes read so far (a graph repeats a few sizes on
+    thousands of nodes: each text is parsed once)."""
+    values = []
+    for size in sizes:
+        if size not in memo:
+            memo[size] = size_value(size, symbols)
+        values.append(memo[size])
     return None if None in values else values  # type: ignore[return-value]
 
 
@@ -351,7 +359,8 @@ def _ties(sizes: Sequence[int | str]) -> list[int]:
     return [first.setdefault(size, i) if isinstance(size, str) else i for i, size in enumerate(sizes)]
 
 
-def _by_value(entry: NodeDiff, old_symbols: dict[str, int], new_symbols: dict[str, int]) -> NodeDiff:
+def _by_value(entry: NodeDiff, old_symbols: dict[str, int], new_symbols: dict[str, int],
+              memos: tuple[dict[int | str, int | None], dict[int | str, int | None]]) -> NodeDiff:
     """Shape and stride judged by the sizes' values where both graphs recorded their symbols'. Each
     capture names its symbols afresh and duck-sizes equal sizes into one symbol: the same text may be
     other sizes (`[s35, 1, s20, s20]`: 64 rows in one graph, 8 in the next) and other text the same
@@ -367,7 +376,7 @@ def _by_value(entry: NodeDiff, old_symbols: dict[str, int], new_symbols: dict[st
             continue
         if [type(x) for x in a] != [type(x) for x in b] or _ties(a) != _ties(b):
             continue  # a number that became a symbol (or back), or dims that shared a symbol and no longer do: the text's change says so
-        va, vb = _values(a, old_symbols), _values(b, new_symbols)
+        va, vb = _values(a, old_symbols, memos[0]), _values(b, new_symbols, memos[1])
         if va is None or vb is None:
             continue
         if va == vb:

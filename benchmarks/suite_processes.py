@@ -11,6 +11,8 @@ between benchmarks/suite_cpu.py's per-test figure and the Python processes of th
     python benchmarks/suite_processes.py --report procs.tsv --per-test cpu.jsonl
 
 The hook is a measuring device, for a venv of one's own: it is never installed by cagtool or its tests.
+The argv it writes holds the machine's paths; a file kept in benchmarks/results/ has them made
+relative (the repository's root left out, `<venv>/`, `<tmp>/` and `<python>/` for the rest).
 """
 
 from __future__ import annotations

@@ -487,25 +487,13 @@ EVAL_UNCOMPILED = ("eval-uncompiled", "evaluate with the module as it was before
 _LIGHTNING_EVALUATION = frozenset({"validation_step", "test_step", "predict_step"})
 
 
-def _compiled_names(tree: ast.AST) -> set[str]:
-    """The names the script holds compiled code under: assigned a `torch.compile(...)` result
-    (`model = torch.compile(model)`, `self.model = torch.compile(net)`), compiled in place
-    (`model.compile()`), or a function decorated with `@torch.compile`: which call of a line that
-    makes several (`model(input_ids=batch(32))`) is the compiled one."""
-    wrapped, in_place, decorated = _compile_sites(tree)
-    return wrapped | in_place | decorated
-
-
-def _compiled_in_place(tree: ast.AST) -> set[str]:
-    """The names the script calls `.compile()` on (`model.compile()`): modules compiled in place,
-    with no `_orig_mod`; not those it also assigns a `torch.compile(...)` result to."""
-    wrapped, in_place, _ = _compile_sites(tree)
-    return in_place - wrapped
-
-
 def _compile_sites(tree: ast.AST) -> tuple[set[str], set[str], set[str]]:
     """(names assigned a `torch.compile(...)` result, names `.compile()` is called on, functions
-    decorated with `@torch.compile`), in one walk of the script's tree."""
+    decorated with `@torch.compile`), in one walk of the script's tree. Together, the names the
+    script holds compiled code under (`model = torch.compile(model)`, `self.model = torch.compile(net)`,
+    `model.compile()`, `@torch.compile`): which call of a line that makes several
+    (`model(input_ids=batch(32))`) is the compiled one. Called `.compile()` on and never assigned a
+    `torch.compile(...)` result: a module compiled in place, with no `_orig_mod`."""
     wrapped: set[str] = set()
     in_place: set[str] = set()
     decorated: set[str] = set()
@@ -630,7 +618,8 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     if isinstance(parsed, str):
         return Patch(name, (cause.number,), title, display, None, "", False, parsed)
     text, tree = parsed
-    found = compiled_call(call.code or "", cause.facts.get("argnames") or (), _compiled_names(tree)) or innermost_call(call.code or "")
+    wrapped, called_compile, decorated = _compile_sites(tree)
+    found = compiled_call(call.code or "", cause.facts.get("argnames") or (), wrapped | called_compile | decorated) or innermost_call(call.code or "")
     if found is None:
         return Patch(name, (cause.number,), title, display, call.line, "", False,
                      f"line {call.line} holds no call of a module by its name (`model(x)`, `self.net(x)`)")
@@ -649,7 +638,7 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     # has no `_orig_mod`: its evaluation's calls run under set_stance("force_eager") as a decorator,
     # which restores the stance when the call returns.
     by = cause.facts.get("compiled_by")
-    in_place = (bool(isinstance(by, dict) and by.get("in_place")) or callee in _compiled_in_place(tree)) and imports_torch(tree)
+    in_place = (bool(isinstance(by, dict) and by.get("in_place")) or callee in called_compile - wrapped) and imports_torch(tree)
     if in_place:
         title = 'run the evaluation eagerly (torch.compiler.set_stance("force_eager"))'
     for quote in ('"', "'"):  # the other quote where a call sits in an f-string of the first (Python 3.11)

@@ -453,8 +453,9 @@ class CaptureObserver:
         )
 
     def _on_end(self, inst: Any, outputs: Any, orig_end: Callable[..., Any]) -> Any:
-        shapes = self._guarded("end_capture", lambda: graph_dump.snapshot_meta(inst.fx_tracer.graph)) or {}
-        inst._cag_symbols = self._guarded("end_capture", lambda: graph_dump.symbol_values(inst.fx_tracer.graph)) or None
+        symbolic: list[Any] = []
+        shapes = self._guarded("end_capture", lambda: graph_dump.snapshot_meta(inst.fx_tracer.graph, symbolic)) or {}
+        inst._cag_symbols = (self._guarded("end_capture", graph_dump.symbol_values, symbolic[0]) or None) if symbolic else None
         captured: dict[str, Any] = {}
         user_compiler = inst.compiler_fn
         # The graph is taken where torch builds it, just before it hands it to the compiler, and the

@@ -169,8 +169,10 @@ def _dims(sizes: Any) -> list[int | str]:
     return dims if _INTS.issuperset(map(type, dims)) else [_dim(s) for s in dims]
 
 
-def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
-    """Shapes of every node while the fake values are still attached (end_capture deletes them)."""
+def snapshot_meta(graph: Any, symbolic: list[Any] | None = None) -> dict[str, tuple[Any, Any, Any]]:
+    """Shapes of every node while the fake values are still attached (end_capture deletes them).
+    `symbolic`, where given, gets the first value with a symbolic size (symbol_values reads its
+    shape environment), found in the same walk."""
     out: dict[str, tuple[Any, Any, Any]] = {}
     for node in graph.nodes:
         value = node.meta.get("val", node.meta.get("example_value"))
@@ -178,31 +180,32 @@ def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
             meta = tensor_meta(value)
             if meta[0] is not None and _DUMMY_SIZE not in meta[0]:
                 out[node.name] = meta
+                if symbolic is not None and not symbolic and not _INTS.issuperset(map(type, meta[0])):
+                    symbolic.append(value)
     return out
 
 
-def symbol_values(graph: Any) -> dict[str, int]:
-    """Each size symbol's value in this capture (`s35` -> 64), from the shape environment of the
-    graph's fake values while they are attached (end_capture deletes them). Each capture numbers
-    its symbols afresh and duck-sizes equal sizes into one symbol, so two graphs' shapes are compared
-    by these values, not by their symbols' names (report/graphs/diff.py). A dict read: no guard is
-    asked for (`backed_var_to_val`, the table torch keeps of each backed symbol's value)."""
-    for node in graph.nodes:
-        value = node.meta.get("val", node.meta.get("example_value"))
-        for size in getattr(value, "shape", None) or ():
-            shape_env = getattr(getattr(size, "node", None), "shape_env", None)
-            if shape_env is None:
+def symbol_values(value: Any) -> dict[str, int]:
+    """Each size symbol's value in this capture (`s35` -> 64), from the shape environment of a fake
+    value with a symbolic size (snapshot_meta finds one) while it is attached (end_capture deletes
+    them). Each capture numbers its symbols afresh and duck-sizes equal sizes into one symbol, so two
+    graphs' shapes are compared by these values, not by their symbols' names (report/graphs/diff.py).
+    A dict read: no guard is asked for (`backed_var_to_val`, the table torch keeps of each backed
+    symbol's value)."""
+    for size in value.shape:
+        shape_env = getattr(getattr(size, "node", None), "shape_env", None)
+        if shape_env is None:
+            continue
+        table = getattr(shape_env, "backed_var_to_val", None)
+        if not isinstance(table, dict):
+            return {}
+        out: dict[str, int] = {}
+        for symbol, number in table.items():
+            try:
+                out[str(symbol)] = int(number)
+            except (TypeError, ValueError):  # not a plain integer: left out, its dims compare by name
                 continue
-            table = getattr(shape_env, "backed_var_to_val", None)
-            if not isinstance(table, dict):
-                return {}
-            out: dict[str, int] = {}
-            for symbol, number in table.items():
-                try:
-                    out[str(symbol)] = int(number)
-                except (TypeError, ValueError):  # not a plain integer: left out, its dims compare by name
-                    continue
-            return out
+        return out
     return {}
 
 

@@ -353,6 +353,10 @@ def _values(sizes: Sequence[int | str], symbols: dict[str, int], memo: dict[int 
     return None if None in values else values  # type: ignore[return-value]
 
 
+# The order _compare lists a node's changed fields in
+_FIELD_ORDER = {"target": 0, "args": 1, "shape": 2, "dtype": 3, "stride": 4, "hook_type": 5}
+
+
 def _ties(sizes: Sequence[int | str]) -> list[int]:
     """Which earlier dim each dim shares its symbol (or expression) with: [s58, s58] -> [0, 0], [s38, s58] -> [0, 1]."""
     first: dict[int | str, int] = {}
@@ -386,8 +390,7 @@ def _by_value(entry: NodeDiff, old_symbols: dict[str, int], new_symbols: dict[st
             touched = True
     if not touched:
         return entry
-    order = {"target": 0, "args": 1, "shape": 2, "dtype": 3, "stride": 4, "hook_type": 5}
-    kept = tuple(sorted(changes.values(), key=lambda c: order.get(c.field, 9)))
+    kept = tuple(sorted(changes.values(), key=lambda c: _FIELD_ORDER.get(c.field, len(_FIELD_ORDER))))
     return NodeDiff(CHANGED, old, new, kept) if kept else NodeDiff(EQUAL, old, new)
 
 

@@ -40,7 +40,7 @@ def test_a_step_holding_an_evaluation_is_left_out_of_the_steady_figures_through_
         assert st.interrupted == _EVALUATED and st.interruptions == ("evaluation",) and sorted(st.excluded) == [0, *_EVALUATED]
         assert st.count == 15 and st.p90_s < 0.005  # the 34 ms steps are not in the p90
         assert 6 not in steady_step_numbers(record).tolist()
-        assert left_out_words(st) == "; 1 compile-affected step and 2 steps holding an evaluation left out"
+        assert left_out_words(st) == "; 1 compile-affected step and 2 steps holding a switch to eval mode left out"
 
 
 def test_a_job_that_evaluates_in_every_step_keeps_its_steps():
@@ -58,7 +58,7 @@ def test_the_comparison_names_the_steps_an_evaluation_left_out_apart_from_compil
     comparison = compare_modes(load_run(run))
     said = excluded_line(comparison)
     assert said == ("Steps left out of the steady state because compilation touched them: eager: step 0; ca: step 0. Steps left out "
-                    "because other work than training ran in them (an evaluation): eager: steps 6, 12; ca: steps 6, 12")
+                    "because other work than training ran in them (a switch to eval mode): eager: steps 6, 12; ca: steps 6, 12")
 
 
 @pytest.mark.slow

@@ -194,7 +194,7 @@ def dynamo_graph_words(counted: DynamoGraphCount) -> str:
 
 
 def left_out_words(st: StepStats) -> str:
-    """`; 2 compile-affected steps and 1 step holding an evaluation left out`: the steps the steady
+    """`; 2 compile-affected steps and 1 step holding a switch to eval mode left out`: the steps the steady
     figures leave out, by why ("" where none)."""
     interrupted = len(st.interrupted)
     compiled = len(st.excluded) - interrupted

@@ -492,11 +492,13 @@ _STEP_COLUMNS = tuple(f.name for f in fields(StepColumns) if f.name not in ("pee
 # What else a step's span can hold that is not a training step's (StepEvent), and its words.
 INTERRUPTION_EVALUATION = "evaluation"
 INTERRUPTION_WORKERS = "workers_started"
-INTERRUPTION_WORDS = {INTERRUPTION_EVALUATION: "an evaluation", INTERRUPTION_WORKERS: "a DataLoader's workers starting"}
+# What was seen, not what it was for: a switch to eval mode begins an evaluation, and a checkpoint
+# saved from eval mode (pytorch/examples' fast_neural_style) makes the same switch with no forward.
+INTERRUPTION_WORDS = {INTERRUPTION_EVALUATION: "a switch to eval mode", INTERRUPTION_WORKERS: "a DataLoader's workers starting"}
 
 
 def interruption_words(kinds: tuple[str, ...]) -> str:
-    """`an evaluation`, `an evaluation or a DataLoader's workers starting`: what held steps that
+    """`a switch to eval mode`, `a switch to eval mode or a DataLoader's workers starting`: what held steps that
     are not steady (StepStats.interruptions)."""
     return " or ".join(INTERRUPTION_WORDS[kind] for kind in kinds) or "other work"
 

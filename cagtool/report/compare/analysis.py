@@ -429,8 +429,10 @@ class NumericsDiff:
     reference_value: float | None = None
     agrees: bool = True
     note: str = ""
-    # The first step's losses already differ: the forward saw other inputs or randomness before any
-    # backward (compiled or not) could matter, so this is not a verdict on compiled autograd.
+    # Not a verdict on compiled autograd: the first step's losses already differ (the forward saw
+    # other inputs or randomness before any backward could matter), or the record's compiled graphs
+    # hold random ops that draw other numbers than the reference (Numerics.random_ops), wherever
+    # the losses part.
     inputs_differ: bool = False
     # A difference beyond the tolerance that is drift (compare/drift.py): the words saying so.
     drift: str = ""
@@ -453,10 +455,15 @@ class Numerics:
     # record -> (its loss, the reference's) at the first step, for each record whose first-step loss
     # already differs (inputs_differ): what the words quote (the diffs hold the worst step's).
     first_losses: dict[str, tuple[float, float]] = field(default_factory=dict)
-    # record -> why its first step already differs where its gradient check found the cause: random
-    # ops (dropout) in Inductor's compiled graphs draw from Inductor's generator, not eager's seeded
-    # one (grad_parity.PairParity.not_comparable): said instead of "unseeded?".
+    # record -> why it differs where its gradient check found the cause: random ops (dropout) in
+    # Inductor's compiled graphs draw from Inductor's generator, not eager's seeded one
+    # (grad_parity.PairParity.not_comparable): said instead of "unseeded?" where the first step
+    # already differs, and instead of DISAGREE where the losses part later (a GAT's dropout on
+    # near-uniform first predictions: the first losses agree to 1e-4, step 8's differ by 6e-3).
     random_ops: dict[str, str] = field(default_factory=dict)
+    # record -> the first step its loss is beyond the tolerance, for each record in random_ops
+    # whose first step agrees (not in first_losses).
+    parted_at: dict[str, int] = field(default_factory=dict)
     # Where the reference (eager) differs from aot and ca from the first step on, but aot's first
     # loss is ca's: ca against aot (run_numerics), which answers whether compiled autograd changed
     # anything the compiled forward had not. Empty otherwise.
@@ -493,7 +500,7 @@ class Numerics:
         shows the compiled program computing otherwise; and ca, started after aot's files too,
         computed what aot did."""
         differ = {d.record for d in self.diffs if not d.agrees}
-        from_start = set(self.inputs_differ)
+        from_start = set(self.first_losses)
         compiled_alike: set[str] = set()
         if self.against_aot and all(d.agrees for d in self.against_aot):
             compiled_alike = {d.record for d in self.against_aot} | {d.reference for d in self.against_aot}
@@ -514,12 +521,13 @@ class Numerics:
 
     @property
     def inputs_differ(self) -> list[str]:
-        """Records whose first-step loss already differs from the reference's (not comparable)."""
+        """Records not comparable with the reference: their first-step loss already differs, or
+        random ops in their compiled graphs draw other numbers (random_ops)."""
         return list(dict.fromkeys(d.record for d in self.diffs if d.inputs_differ))
 
     @property
     def random_ops_only(self) -> bool:
-        """Every record whose first step already differs does for random ops in its compiled graphs."""
+        """Every record not comparable is so for random ops in its compiled graphs."""
         return bool(self.inputs_differ) and all(r in self.random_ops for r in self.inputs_differ)
 
     @property
@@ -728,6 +736,7 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
     notes: list[str] = []
     first_losses: dict[str, tuple[float, float]] = {}
     random_ops: dict[str, str] = {}
+    parted_at: dict[str, int] = {}
     for sample in samples:
         if sample.record == reference.record:
             continue
@@ -739,12 +748,21 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         kept = [d for d in found if d is not None]
         if not kept:
             notes.append(f"{sample.record}: nothing to compare with {reference.record}")
+        why = getattr((gradients or {}).get(sample.record), "not_comparable", "")
+        random = why.startswith(RANDOM_OPS_WORDS) and _different_modes_of_one_run(sample.record, reference.record)
         if first_losses_differ(sample, reference, tol) and _different_modes_of_one_run(sample.record, reference.record):
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
             first_losses[sample.record] = (sample.losses[FIRST_STEP], reference.losses[FIRST_STEP])
-            why = getattr((gradients or {}).get(sample.record), "not_comparable", "")
-            if why.startswith(RANDOM_OPS_WORDS):
+            if random:
                 random_ops[sample.record] = why.split("; ", 1)[0]
+        elif random and any(not d.agrees for d in kept):
+            # The first losses agree (dropout barely moves a near-uniform first prediction) and
+            # part later: other random draws all the same, so no verdict, as at the first step.
+            kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
+            random_ops[sample.record] = why.split("; ", 1)[0]
+            parted = _first_parted(sample, reference, tol)
+            if parted is not None:
+                parted_at[sample.record] = parted
         elif any(not d.agrees for d in kept):
             drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
             words, left_tight, jump = _drift(sample, reference, drift, (gradients or {}).get(sample.record))
@@ -762,7 +780,13 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
             kept.append(updated)
         diffs.extend(kept)
     return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)), first_losses=first_losses,
-                    random_ops=random_ops)
+                    random_ops=random_ops, parted_at=parted_at)
+
+
+def _first_parted(sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> int | None:
+    """The first step both recorded whose losses are beyond the tolerance (None: none is)."""
+    return next((step for step in sorted(sample.losses.keys() & reference.losses.keys())
+                 if not tol.agrees(sample.losses[step], reference.losses[step])), None)
 
 
 def _drift(sample: NumericsSample, reference: NumericsSample, drift: LossDrift, check: Any) -> tuple[str, bool, tuple[int, str] | None]:

@@ -635,20 +635,22 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             # whose forward is compiled the same way, is what says whether compiled autograd matters.
             apart = sorted({d.record for d in numerics.against_aot if not d.agrees})
             aot = numerics.against_aot[0].reference
+            # Random ops can part the losses after a first step that agrees (Numerics.parted_at).
+            since = " from the first step" if all(r in numerics.first_losses for r in numerics.inputs_differ) else ""
             growing = [d for d in numerics.against_aot if not d.agrees and d.parts_growing_from is not None]
             if apart and growing:
                 phrases.append(f"numerics DISAGREE: the losses of {growing[0].record} part from {aot}'s growing from step "
-                               f"{growing[0].parts_growing_from}, not at a jump (both differ from {numerics.reference} from the first step; "
+                               f"{growing[0].parts_growing_from}, not at a jump (both differ from {numerics.reference}{since}; "
                                "`cagtool compare` says how to rule out Inductor's rounding)")
                 tones.append(BAD)
             elif apart:
-                phrases.append(f"numerics DISAGREE: {' and '.join(apart)} against {aot} (both differ from {numerics.reference} from the first step)")
+                phrases.append(f"numerics DISAGREE: {' and '.join(apart)} against {aot} (both differ from {numerics.reference}{since})")
                 tones.append(BAD)
             else:
                 why = ("random ops in the compiled graphs draw other numbers: --parity compares them"
                        if numerics.random_ops_only else
                        "the compiled forward computes differently, or inputs differ")
-                phrases.append(f"numerics: ca agrees with {aot}; both differ from {numerics.reference} from the first step ({why})")
+                phrases.append(f"numerics: ca agrees with {aot}; both differ from {numerics.reference}{since} ({why})")
         elif numerics.inputs_differ:
             # The first step's losses differ: other inputs, not a verdict on compiled autograd.
             phrases.append("numerics not comparable: random ops in the compiled graphs (--parity compares them)"

@@ -344,6 +344,15 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
         for record in numerics.inputs_differ:
             if record in resumed:
                 continue
+            if record not in numerics.first_losses:  # random ops, the losses parted later
+                parted = numerics.parted_at.get(record)
+                since = f" and part from step {parted}" if parted is not None else ", not later"
+                lines.append((f"Numerics: not comparable: {record}'s losses agree with {numerics.reference}'s at the first step{since}: "
+                              f"{numerics.random_ops[record]}, so their numerics say nothing about compiled "
+                              "autograd; rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare "
+                              "them", False))
+                lines.extend((diff_line(d), False) for d in numerics.diffs if d.record == record and not d.agrees)
+                continue
             value, reference_value = numerics.first_losses[record]
             if record in numerics.random_ops:
                 lines.append((f"Numerics: not comparable: {record}'s first-step loss already differs from {numerics.reference}'s "

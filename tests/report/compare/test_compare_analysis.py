@@ -866,3 +866,35 @@ def test_ca_parting_from_aot_growing_is_not_called_compiled_autograds_error():
     assert "cagtool run --modes eager,ca --backend eager (with --parity" in growing
     jumped = lines([*aot[:9], aot[9] * 1.01, *aot[10:]])  # bit for bit, then 1e-2 at once
     assert "compiled autograd computes otherwise" in jumped and "part growing" not in jumped, jumped
+
+
+def test_random_ops_that_part_the_losses_after_a_first_step_that_agrees_are_not_a_disagreement():
+    """pytorch/examples' GAT on Inductor: dropout in the compiled graphs draws from Inductor's
+    generator, but the first predictions are near uniform, so the first losses agree (1.9459 both)
+    and part from step 1 (6e-3 at step 8). The gradient check knew why (random ops); the numerics
+    read DISAGREE. Now: not comparable, said with the step they part at, in every place; and a
+    mode whose gradients are comparable still disagrees."""
+    from types import SimpleNamespace
+
+    from cagtool.report.compare.analysis import NumericsSample, modes_numerics
+    from cagtool.report.compare.grad_parity import RANDOM_OPS_WORDS
+
+    why = (f"{RANDOM_OPS_WORDS}(dropout, inductor_seeds) in aot's compiled graphs draw other numbers than eager; rerun with "
+           "cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients")
+    eager = NumericsSample("eager", {0: 1.9459, 1: 1.9400, 2: 1.9300}, 12.35, 0.0525, True)
+    aot = NumericsSample("aot", {0: 1.9459, 1: 1.9500, 2: 1.9420}, 12.30, 0.0438, True)
+    ca = NumericsSample("ca", {0: 1.9459, 1: 1.9500, 2: 1.9420}, 12.30, 0.0438, True)
+    gradients = {"aot": SimpleNamespace(not_comparable=why), "ca": SimpleNamespace(not_comparable=why.replace("aot's", "ca's"))}
+    numerics = modes_numerics([eager, aot, ca], Tolerance(), gradients)
+    assert numerics.disagreements == [] and numerics.inputs_differ == ["aot", "ca"] and numerics.random_ops_only
+    assert numerics.first_losses == {} and numerics.parted_at == {"aot": 1, "ca": 1}
+    assert numerics.against_aot and all(d.agrees for d in numerics.against_aot)
+    lines = [text for text, _ in numerics_lines(numerics)]
+    assert ("Numerics: not comparable: aot's losses agree with eager's at the first step and part from step 1: random ops "
+            "(dropout, inductor_seeds) in aot's compiled graphs draw other numbers than eager, so their numerics say nothing "
+            "about compiled autograd; rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare them") in lines
+    assert "  loss of aot: 6.22e-03 relative at step 2 (1.942 vs 1.93)" in lines, lines
+    assert not any("DISAGREE" in text or "unseeded" in text for text in lines), lines
+    # without the gradient check's cause the same losses are a disagreement
+    plain = modes_numerics([eager, aot, ca], Tolerance())
+    assert {d.record for d in plain.disagreements} == {"aot", "ca"} and plain.random_ops == {} and plain.parted_at == {}

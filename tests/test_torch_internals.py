@@ -1301,3 +1301,34 @@ def test_share_memory_marks_cpu_parameters_shared_and_a_forked_worker_writes_the
     worker.join(60)
     assert worker.exitcode == 0
     assert torch.equal(model.weight.detach(), before + 1.0)
+
+
+def test_a_compiled_non_reentrant_checkpoint_on_the_eager_backend_moves_the_generator_in_its_backward():
+    """docs/torch-internals.md (a non-reentrant checkpoint ...): eager's checkpoint leaves the global
+    generator where the forward left it; compiled with backend="eager" the recompute in the
+    backward draws from it; with aot_eager it does not. What makes an accumulating job's second
+    micro-batch draw other dropout masks than eager's (compare's first_backward_agrees)."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+
+    def block(x):
+        return torch.nn.functional.dropout(lin(x), 0.5, training=True)
+
+    def forward(x):
+        return checkpoint(block, x, use_reentrant=False).sum()
+
+    moved = {}
+    try:
+        for backend in (None, "eager", "aot_eager"):
+            f = forward if backend is None else torch.compile(forward, backend=backend)
+            torch.manual_seed(5)
+            loss = f(torch.ones(4, 8))
+            before = torch.get_rng_state()
+            loss.backward()
+            moved[backend] = not torch.equal(before, torch.get_rng_state())
+            torch._dynamo.reset()
+    finally:
+        torch._dynamo.reset()
+    assert moved == {None: False, "eager": True, "aot_eager": False}

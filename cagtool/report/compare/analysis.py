@@ -64,6 +64,7 @@ from cagtool.report.figures.metrics import (
     PARALLEL_STEP,
     CpuWait,
     ModeMetrics,
+    first_backward_loss,
     heavy_load_bound,
     load_range,
     mode_metrics,
@@ -464,6 +465,13 @@ class Numerics:
     # record -> the first step its loss is beyond the tolerance, for each record in random_ops
     # whose first step agrees (not in first_losses).
     parted_at: dict[str, int] = field(default_factory=dict)
+    # record -> the loss both made at the first step's first backward, for each record in
+    # first_losses whose first backward's loss agrees with the reference's: the step's last loss,
+    # computed after a backward, is what differs (gradient accumulation), so the backward changed
+    # what the next forward computed (random numbers it drew: torch.compile's non-reentrant
+    # checkpoint on the eager backend moves the generator in its recompute, which eager's leaves
+    # as it was; docs/torch-internals.md), not the inputs.
+    first_backward_agrees: dict[str, float] = field(default_factory=dict)
     # Where the reference (eager) differs from aot and ca from the first step on, but aot's first
     # loss is ca's: ca against aot (run_numerics), which answers whether compiled autograd changed
     # anything the compiled forward had not. Empty otherwise.
@@ -583,6 +591,9 @@ class NumericsSample:
     # Parameters it trained in CPU shared memory (FinalStateEvent.params_shared): other processes
     # wrote them between its steps, in an order the OS chose.
     params_shared: int = 0
+    # The loss of the first step's first backward where the step made several (metrics.py
+    # first_backward_loss): its step loss is the last's, computed after a backward ran.
+    first_backward_loss: float | None = None
 
 
 def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
@@ -606,6 +617,7 @@ def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
         ca_inductor=record.manifest.mode == "ca" and record.manifest.backend == "inductor"
         and any(graph.compiler.partition(":")[0] != "script" for graph in record.of(CAGraphEvent)),
         params_shared=params_shared(record),
+        first_backward_loss=first_backward_loss(record),
         **_updates_read(final[-1] if final else None),
     )
 
@@ -737,6 +749,7 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
     first_losses: dict[str, tuple[float, float]] = {}
     random_ops: dict[str, str] = {}
     parted_at: dict[str, int] = {}
+    backward_agrees: dict[str, float] = {}
     for sample in samples:
         if sample.record == reference.record:
             continue
@@ -753,6 +766,9 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         if first_losses_differ(sample, reference, tol) and _different_modes_of_one_run(sample.record, reference.record):
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
             first_losses[sample.record] = (sample.losses[FIRST_STEP], reference.losses[FIRST_STEP])
+            first, theirs = sample.first_backward_loss, reference.first_backward_loss
+            if first is not None and theirs is not None and tol.agrees(first, theirs):
+                backward_agrees[sample.record] = first
             if random:
                 random_ops[sample.record] = why.split("; ", 1)[0]
         elif random and any(not d.agrees for d in kept):
@@ -780,7 +796,7 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
             kept.append(updated)
         diffs.extend(kept)
     return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)), first_losses=first_losses,
-                    random_ops=random_ops, parted_at=parted_at)
+                    random_ops=random_ops, parted_at=parted_at, first_backward_agrees=backward_agrees)
 
 
 def _first_parted(sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> int | None:

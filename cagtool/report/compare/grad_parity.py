@@ -678,7 +678,7 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> tuple[str,
     graphs (the more specific cause, looked for first), or other inputs (then the first step's
     losses, record's and reference's, come with it). Weights in shared memory that other processes
     wrote (Hogwild workers) come before either: nothing of such a step is comparable."""
-    from cagtool.report.figures.metrics import params_shared, step_losses
+    from cagtool.report.figures.metrics import first_backward_loss, params_shared, step_losses
 
     if params_shared(record) or params_shared(reference):
         return ("trained parameters in shared memory that other processes wrote too (Hogwild): each gradient was computed on "
@@ -696,6 +696,13 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> tuple[str,
     if FIRST_STEP in mine and FIRST_STEP in theirs:
         a, b = mine[FIRST_STEP], theirs[FIRST_STEP]
         if not abs(a - b) <= FIRST_LOSS_ATOL + FIRST_LOSS_RTOL * abs(b):
+            first, theirs = first_backward_loss(record), first_backward_loss(reference)
+            if first is not None and theirs is not None and abs(first - theirs) <= FIRST_LOSS_ATOL + FIRST_LOSS_RTOL * abs(theirs):
+                return (f"parted in the first step's backward: the loss of its first backward call agrees ({first!r} in both), "
+                        f"the loss after it already differs ({a!r} vs {b!r}): that backward changed what the next forward "
+                        "computed (random numbers drawn in it: torch.compile's non-reentrant activation checkpointing on the "
+                        "eager backend draws them in its recompute, eager's does not), so the step's gradients came from other "
+                        "random draws"), (a, b)
             compiled = record.manifest.mode != "eager" and not _eager_randomness(record) and _inductor_compiled(record)
             hint = "; for dropout in a compiled forward, rerun with cagtool run --parity" if compiled else ""
             return (f"inputs differ: the first step's losses already differ ({a!r} vs {b!r}) before any backward ran "

@@ -166,6 +166,8 @@ def numerics_cell(numerics: Numerics, column: ModeColumn) -> str:
         return "resumed from files"
     if any(d.inputs_differ for d in mine) and any(r in numerics.random_ops for r in column.records):
         return "random ops differ (--parity)"
+    if any(d.inputs_differ for d in mine) and any(r in numerics.first_backward_agrees for r in column.records):
+        return "parted in step 0's backward"
     return diffs_cell(mine)
 
 
@@ -354,6 +356,16 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                 lines.extend((diff_line(d), False) for d in numerics.diffs if d.record == record and not d.agrees)
                 continue
             value, reference_value = numerics.first_losses[record]
+            if record in numerics.first_backward_agrees:
+                lines.append((f"Numerics: not comparable: {record}'s first step parts from {numerics.reference}'s in its "
+                              f"backward: the loss of its first backward call agrees ({numerics.first_backward_agrees[record]!r} "
+                              f"in both), the loss after it already differs ({value!r} vs {reference_value!r}): what that "
+                              "backward did changed what the next forward computed, as random numbers drawn in it do "
+                              "(torch.compile's non-reentrant activation checkpointing on the eager backend draws from the "
+                              "generator in its recompute, where eager's checkpoint leaves it as it was; aot_eager and "
+                              "inductor do not), so the modes trained on other random draws from there on and their "
+                              "numerics say nothing about compiled autograd", False))
+                continue
             if record in numerics.random_ops:
                 lines.append((f"Numerics: not comparable: {record}'s first-step loss already differs from {numerics.reference}'s "
                               f"({value!r} vs {reference_value!r}): {numerics.random_ops[record]}, so their numerics say nothing "

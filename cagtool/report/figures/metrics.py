@@ -17,6 +17,7 @@ from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import (
     FINDING_CA_CAPTURE_ERROR,
     FINDING_CA_CAPTURE_FAILED,
+    FIRST_STEP,
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
     MISS_UNKNOWN,
@@ -914,6 +915,20 @@ def step_losses(record: ModeRecord) -> dict[int, float]:
     """step -> loss of its last backward: read at once on CPU, at the end of the run on a device
     (computed once per record: the metrics and the numerics comparison both read them)."""
     return dict(record.derived("step_losses", _step_losses))
+
+
+def first_backward_loss(record: ModeRecord) -> float | None:
+    """The loss of the first step's first backward call, where that step made more than one (its
+    step loss is the last's, computed after a backward ran: gradient accumulation); None where
+    it made one, or the loss was not read (a device's). Read only where the first steps' losses
+    differ (compare/analysis.py): it tells a difference the first backward made apart from one
+    that was there before any backward."""
+    steps = step_columns(record)
+    calls = next((c for s, c in zip(steps.step, steps.backward_calls) if s == FIRST_STEP), 0)
+    if calls < 2:
+        return None
+    first = next((b for b in record.of(BackwardEvent) if b.step == FIRST_STEP and b.index == 0), None)
+    return first.loss if first is not None and isinstance(first.loss, float) and math.isfinite(first.loss) else None
 
 
 def params_shared(record: ModeRecord) -> int:

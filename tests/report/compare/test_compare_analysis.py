@@ -898,3 +898,29 @@ def test_random_ops_that_part_the_losses_after_a_first_step_that_agrees_are_not_
     # without the gradient check's cause the same losses are a disagreement
     plain = modes_numerics([eager, aot, ca], Tolerance())
     assert {d.record for d in plain.disagreements} == {"aot", "ca"} and plain.random_ops == {} and plain.parted_at == {}
+
+
+def test_a_first_step_that_parts_in_its_backward_is_said_so_not_unseeded():
+    """An HF Trainer job, gradient checkpointing, torch_compile_backend="eager", 2 micro-batches a
+    step: the first backward's losses agree in every mode, the step's loss (its last backward's)
+    differs, because the compiled checkpoint's recompute drew from the generator. It read "inputs
+    differ (unseeded?) ... before any backward could matter". A first backward whose loss differs
+    too is still "inputs differ"."""
+    from cagtool.report.compare.analysis import NumericsSample, modes_numerics
+
+    def sample(record: str, losses: dict[int, float], first: float | None) -> NumericsSample:
+        return NumericsSample(record, losses, 3.0, 1.0, True, first_backward_loss=first)
+
+    eager = sample("eager", {0: 1.96384, 1: 1.9562}, 1.95397556)
+    aot = sample("aot", {0: 1.95540, 1: 1.9570}, 1.95397556)
+    ca = sample("ca", {0: 1.95540, 1: 1.9570}, 1.95397556)
+    numerics = modes_numerics([eager, aot, ca], Tolerance())
+    assert numerics.inputs_differ == ["aot", "ca"] and numerics.first_backward_agrees == {"aot": 1.95397556, "ca": 1.95397556}
+    lines = [text for text, _ in numerics_lines(numerics)]
+    assert lines[0].startswith("Numerics: not comparable: aot's first step parts from eager's in its backward: the loss of its "
+                               "first backward call agrees (1.95397556 in both), the loss after it already differs (1.9554 vs "
+                               "1.96384): what that backward did changed what the next forward computed"), lines[0]
+    assert not any("unseeded" in text for text in lines), lines
+    other = modes_numerics([eager, sample("aot", {0: 1.95540, 1: 1.9570}, 1.9)], Tolerance())
+    assert other.inputs_differ == ["aot"] and other.first_backward_agrees == {}
+    assert any(text.startswith("Numerics: inputs differ (unseeded?)") for text, _ in numerics_lines(other))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import runpy
 import subprocess
 import sys
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -244,20 +245,29 @@ def test_every_torch_compile_call_is_kept_with_its_line_dynamic_and_the_code_it_
     def double(x: torch.Tensor) -> torch.Tensor:
         return x * 2
 
+    def halve(x: torch.Tensor) -> torch.Tensor:
+        return x / 2
+
+    def my_compiler(gm: Any, example_inputs: Any) -> Any:
+        return gm.forward
+
     with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
         compiled = torch.compile(head, backend="eager"); first = sys._getframe().f_lineno  # noqa: E702
         body.compile(backend="eager", dynamic=True); second = sys._getframe().f_lineno  # noqa: E702
-        twice = torch.compile(double, backend="eager", dynamic=False); third = sys._getframe().f_lineno  # noqa: E702
+        twice = torch.compile(double, backend=my_compiler, dynamic=False); third = sys._getframe().f_lineno  # noqa: E702
+        torch.compile(halve); fourth = sys._getframe().f_lineno  # noqa: E702 - never called: nothing compiled
         _steps(body, compiled)
         twice(torch.randn(3))
     calls = cagtool.load(cap.path).mode("ca").manifest.options["compile_calls"]
     code = lambda f: [f.__code__.co_filename, f.__code__.co_firstlineno]  # noqa: E731
     assert calls == [
-        {"file": __file__, "line": first, "via": "", "dynamic": None, "code": code(Head.forward), "in_place": False},
-        {"file": __file__, "line": second, "via": "", "dynamic": True, "code": code(nn.Sequential.forward), "in_place": True},
-        {"file": __file__, "line": third, "via": "", "dynamic": False, "code": code(double), "in_place": False},
+        {"file": __file__, "line": first, "via": "", "dynamic": None, "code": code(Head.forward), "in_place": False, "backend": "eager"},
+        {"file": __file__, "line": second, "via": "", "dynamic": True, "code": code(nn.Sequential.forward), "in_place": True,
+         "backend": "eager"},
+        {"file": __file__, "line": third, "via": "", "dynamic": False, "code": code(double), "in_place": False, "backend": "my_compiler"},
+        {"file": __file__, "line": fourth, "via": "", "dynamic": None, "code": code(halve), "in_place": False, "backend": "inductor"},
     ]
-    # The CA graph was captured and compiled in the block: still three calls.
+    # The CA graph was captured and compiled in the block: still four calls.
     assert counters["compiled_autograd"]["captures"] >= 1
 
 

@@ -57,7 +57,8 @@ class ModeOptions(TypedDict, total=False):
     thread_scope_errors: ErrorCount  # api.py: the Python API block's thread gate
     # The job's torch.compile calls (capture/observe/compile_calls.py, the first 16): each
     # {"file", "line", "via", "dynamic": None | bool | "other", "code": [file, first line],
-    # "in_place": Module.compile() (no wrapper, no `_orig_mod`; absent in older records)}
+    # "in_place": Module.compile() (no wrapper, no `_orig_mod`; absent in older records),
+    # "backend": its name, "inductor" where unset (absent in older records)}
     compile_calls: list[dict[str, Any]]
     pgo_suggestion: str  # torch's PGO words after a shape recompile, verbatim (child, follow, import)
     patched_source: str  # recompiles --verify: the patched copy this mode ran in the script's place

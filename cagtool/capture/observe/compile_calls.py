@@ -96,6 +96,14 @@ def _dynamic_given(kwargs: dict[str, Any]) -> Any:
     return value if value is None or isinstance(value, bool) else "other"
 
 
+def _backend_given(kwargs: dict[str, Any]) -> str:
+    """torch.compile's `backend` by name: "inductor" where unset (torch's default), a string as
+    given, else the callable's name (a compiler function, or torch's own backends' objects)."""
+    value = kwargs.get("backend", "inductor")
+    name = value if isinstance(value, str) else getattr(value, "__name__", None) or type(value).__name__
+    return str(name)[:64]
+
+
 def _in_place(target: Any) -> bool:
     """Whether torch.compile was given a module's bound `_call_impl`: Module.compile(), which
     compiles the module in place (no wrapper: it has no `_orig_mod`)."""
@@ -287,7 +295,7 @@ class CompileCalls:
                         where = source.user_caller(how="caller")
                         calls.append({"file": where.file if where is not None else "", "line": where.line if where is not None else 0,
                                       "via": where.via if where is not None else "", "dynamic": _dynamic_given(kwargs), "code": list(code),
-                                      "in_place": _in_place(target)})
+                                      "in_place": _in_place(target), "backend": _backend_given(kwargs)})
                 except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
                     self._failed(exc)
             # Read where torch.compile has imported it: installing the taps imports nothing of torch's

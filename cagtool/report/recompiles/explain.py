@@ -1107,6 +1107,19 @@ def checkpoint_fix(table: RecompileTable) -> str:
                 "torch.nn.Sequential of its modules), with a backend that runs AOTAutograd (inductor, aot_eager): Dynamo traces each "
                 "as one region, and the CA graph has no such break and no pieces.")
     found = checkpoint_region_break(table)
+    eager = [c for c in table.compile_calls if c.get("backend") == "eager"]
+    if found is None and eager and len(eager) == len(table.compile_calls):
+        # Every compile of the job on the eager backend (HF Trainer's torch_compile_backend="eager"):
+        # the checkpoint may already be inside compiled code; the backend is what to change.
+        call = eager[0]
+        via = f", through {call['via']}" if call.get("via") else ""
+        return (f"Your torch.compile at {display_path(str(call.get('file')), table.cwd)}:{call.get('line')}{via} compiles with "
+                "backend=\"eager\", which runs a checkpoint in the compiled code as eager checkpointing does, unpack hooks and all. "
+                "Compile with a backend that runs AOTAutograd (aot_eager, or the default inductor; HF Trainer: "
+                "TrainingArguments(torch_compile_backend=\"aot_eager\")), and call the checkpoint inside the compiled function "
+                "(torch.compile a function or module whose code calls torch.utils.checkpoint.checkpoint, not "
+                "checkpoint(compiled_fn, ...)): Dynamo traces it as one region and AOTAutograd puts its recompute in the compiled backward, so no unpack hook "
+                "runs in the compiled-autograd graph, which then has no such break and no pieces.")
     if found is None:
         return CHECKPOINT_INSIDE_FIX
     said = f"\"{found['reason']}\"" + (f": {found['explanation']}" if found["explanation"] else "")

@@ -1112,7 +1112,7 @@ def checkpoint_fix(table: RecompileTable) -> str:
         # Every compile of the job on the eager backend (HF Trainer's torch_compile_backend="eager"):
         # the checkpoint may already be inside compiled code; the backend is what to change.
         call = eager[0]
-        via = f", through {call['via']}" if call.get("via") else ""
+        via = f", through {call['via']}," if call.get("via") else ""
         return (f"Your torch.compile at {display_path(str(call.get('file')), table.cwd)}:{call.get('line')}{via} compiles with "
                 "backend=\"eager\", which runs a checkpoint in the compiled code as eager checkpointing does, unpack hooks and all. "
                 "Compile with a backend that runs AOTAutograd (aot_eager, or the default inductor; HF Trainer: "

@@ -199,3 +199,31 @@ def test_steps_and_max_time_bound_a_run_cleanly(tmp_path, record_run):
     # python and importing torch, which took 33 s on a loaded machine.
     assert steps[-1].t - steps[0].t < 1 + 1, (steps[0].t, steps[-1].t)
     assert "(stopped by --max-time)" in by_time.stderr
+
+
+@pytest.mark.slow
+def test_a_jobs_traceback_shows_no_frame_of_cagtools_taps_in_the_process_or_its_children(tmp_path):
+    """A backward's error passes the step tracker's `_engine_run_backward`, a tap of torch's: the
+    traceback showed cagtool/capture/steps/hooks.py where python shows torch's autograd/graph.py,
+    which reads as cagtool's failure. The mode process's traceback and a followed child's (its
+    sys.excepthook, as a DDP rank's) leave cagtool's frames out, chained exceptions' too; torch's
+    and the script's frames stay."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import subprocess, sys, torch\n"
+        "code = ('import torch\\nx = torch.randn(2)\\ntry:\\n    (x * 2).sum().backward()\\n'\n"
+        "        'except RuntimeError as e:\\n    raise ValueError(\"wrapped\") from e\\n')\n"
+        "child = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)\n"
+        "sys.stderr.write('CHILD ' + str(child.returncode) + '\\n' + child.stderr + 'END CHILD\\n')\n"
+        "x = torch.randn(3)\n"
+        "(x * 2).sum().backward()\n")
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager", "--no-report", "-o", str(tmp_path / "r"), str(script)),
+                          capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    child = proc.stderr.split("CHILD 1\n")[1].split("END CHILD")[0]
+    parent = proc.stderr.split("END CHILD")[1]
+    for text in (child, parent):
+        assert "RuntimeError: element 0 of tensors does not require grad" in text and "torch/autograd/__init__.py" in text, text
+        assert "cagtool/" not in text.split("mode eager: failed")[0], text
+    assert "The above exception was the direct cause of the following exception" in child and "ValueError: wrapped" in child
+    assert 'line 7, in <module>' in parent and 'line 4, in <module>' in child  # the script's own lines, as python names them

@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from cagtool.capture.job_traceback import leave_out_our_frames
 from cagtool.capture.on_import import OnImport
 from cagtool.capture.processes import launch_audit, workdir_reads
 from cagtool.capture.observe.ddp_watch import DDPWatch
@@ -550,6 +551,12 @@ def _wrap_exit_paths() -> None:
         elif _current is not None and not issubclass(exc_type, SystemExit):
             _current.exit_code = 1
             _current.exception = ExceptionInfo(exc_type.__name__, str(exc)[:2000])
+        if _current is not None and exc is not None and tb is exc.__traceback__:
+            try:
+                leave_out_our_frames(exc)  # the rank's traceback as under python (job_traceback.py)
+                tb = exc.__traceback__
+            except Exception:  # noqa: BLE001 - printed as it came
+                pass
         original_hook(exc_type, exc, tb)
 
     sys.exit = exit

@@ -16,6 +16,7 @@ from importlib.machinery import ModuleSpec, SourceFileLoader
 from types import CodeType
 from typing import Any, Iterator
 
+from cagtool.capture.job_traceback import leave_out_our_frames
 from cagtool.capture.run.main_module import ModuleNotRunnable, is_bytecode_alone, main_spec, module_source, package_specs
 from cagtool.errors import UsageError
 from cagtool.record.target_name import target_label
@@ -344,15 +345,7 @@ def print_user_traceback(exc: BaseException) -> str:
 
 
 def user_traceback(exc: BaseException) -> str:
-    """The target's exception as python prints it, without cagtool's and runpy's frames."""
-    tb = exc.__traceback__
-    cagtool_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-    runpy_file = os.path.realpath(runpy.__file__)
-
-    def ours(filename: str) -> bool:
-        real = os.path.realpath(filename)
-        return real.startswith(cagtool_root + os.sep) or real == runpy_file or filename.startswith("<frozen runpy")
-
-    while tb is not None and ours(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+    """The target's exception as python prints it, without cagtool's and runpy's frames
+    (capture/job_traceback.py)."""
+    leave_out_our_frames(exc)
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -1013,3 +1013,17 @@ def pgo_shown(said: str, mode: str) -> str:
     return (said[:match.start(1)] + shown + ",..." + said[match.end(1):]
             + f" [cagtool: {len(sources) - PGO_SOURCES_SHOWN} more of {len(sources)} sources not shown; the whole line is "
               f"options.pgo_suggestion in the {mode} record's manifest.json, and `--verify --fix torch-pgo` re-runs the job with it]")
+
+
+# AOTAutograd names each compiled function's backward node class `CompiledFunctionBackward<N>`, N
+# counting the process's compiled functions in the order it compiled them: two processes running
+# the same graph (DDP ranks, one of which compiled an evaluation's graph first) name it with
+# different numbers.
+_COMPILED_FUNCTION_NUMBER = re.compile(r"^(CompiledFunctionBackward)\d+$")
+
+
+def node_kind(name: str) -> str:
+    """An autograd node's name without a process's compile-order number (`CompiledFunctionBackward3`
+    -> `CompiledFunctionBackward`); other names as they are (`DivBackward0` and `DivBackward1`
+    are two formulas of torch's)."""
+    return _COMPILED_FUNCTION_NUMBER.sub(r"\1", name)

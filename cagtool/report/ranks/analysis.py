@@ -42,6 +42,7 @@ from cagtool.record.schema import (
 from cagtool.report.compare.closeness import Tolerance, relative_difference
 from cagtool.report.figures.metrics import mode_metrics
 from cagtool.report.known_failures import explain as explain_failure
+from cagtool.torch_text import node_kind
 
 PROCESS_NOT_FOLLOWED = "process_not_followed"  # the capture side's finding code (PROTOCOL layout)
 
@@ -288,13 +289,13 @@ def captures(record: ModeRecord) -> list[Capture]:
         miss_key: tuple[Any, ...] = ()
         if miss is not None:
             sizes = tuple(sorted(s.index for s in miss.changed_sizes))
-            miss_key = (miss.miss_kind, miss.node, miss.node_call, sizes)
+            miss_key = (miss.miss_kind, node_kind(miss.node) if miss.node else miss.node, miss.node_call, sizes)
         graph_key: tuple[Any, ...] = ()
         if graph is not None:
             graph_key = (
                 graph.node_count,
                 tuple(sorted(graph.op_histogram.items())),
-                tuple(n.name for n in graph.autograd_nodes),
+                tuple(node_kind(n.name) for n in graph.autograd_nodes),  # not a rank's compile order
                 tuple(h.hook_type for h in graph.hooks),
             )
         found.append(Capture(ca_id, step, _miss_text(miss), miss_key, graph_key))

@@ -73,6 +73,27 @@ def test_same_miss_different_graph_is_found(multi_rank_run):
     assert "(the graphs differ)" in finding.message
 
 
+def test_a_compiled_functions_number_is_a_ranks_compile_order_not_another_graph(multi_rank_run):
+    """nanoGPT under DDP: rank 0 alone evaluates before training (its master process), so its
+    training forward is its second compiled function and the CA graph holds
+    CompiledFunctionBackward1 where rank 1's holds CompiledFunctionBackward0: the same graph
+    (diff-graphs: identical), read as "the ranks DIVERGE ... (the graphs differ)". Another node kind
+    at that place is still a divergence."""
+    def cap(name: str, step: int = 0, node: str = "torch::autograd::GraphRoot") -> Cap:
+        return Cap(step, node=node, ops=("DivBackward0", name, "MulBackward0"))
+
+    same = _analysis(multi_rank_run({0: Rank(caps=[cap("CompiledFunctionBackward1")]), 1: Rank(caps=[cap("CompiledFunctionBackward0")])}))
+    assert not same.of(RANKS_GRAPHS_DIVERGE) and not same.diverge
+    # captured again for a recompiled forward's backward: the miss names the node with its number too
+    missed = _analysis(multi_rank_run({0: Rank(caps=[Cap(0), cap("CompiledFunctionBackward3", 2, "CompiledFunctionBackward3")]),
+                                       1: Rank(caps=[Cap(0), cap("CompiledFunctionBackward2", 2, "CompiledFunctionBackward2")])},
+                                      name="missed"))
+    assert not missed.of(RANKS_GRAPHS_DIVERGE)
+    other = _analysis(multi_rank_run({0: Rank(caps=[cap("CompiledFunctionBackward1")]), 1: Rank(caps=[cap("DivBackward1")])}, name="other"))
+    [finding] = other.of(RANKS_GRAPHS_DIVERGE)
+    assert "(the graphs differ)" in finding.message
+
+
 def test_differing_grad_norms_are_a_finding(multi_rank_run):
     analysis = _analysis(multi_rank_run({0: Rank(grad_norm=0.5), 1: Rank(grad_norm=0.9)}))
     [finding] = analysis.of(RANKS_NORMS_DIVERGE)

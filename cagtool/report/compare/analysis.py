@@ -29,10 +29,11 @@ Conventions, chosen to match PyTorch's own benchmarks where they have one:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.manifest import WORKDIR_READS_KEPT, WrittenFiles
@@ -592,8 +593,13 @@ class NumericsSample:
     # wrote them between its steps, in an order the OS chose.
     params_shared: int = 0
     # The loss of the first step's first backward where the step made several (metrics.py
-    # first_backward_loss): its step loss is the last's, computed after a backward ran.
-    first_backward_loss: float | None = None
+    # first_backward_loss): its step loss is the last's, computed after a backward ran. Read only
+    # where the first steps' losses differ (a call: a job's backward lines are not read otherwise).
+    first_backward: Callable[[], float | None] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def first_backward_loss(self) -> float | None:
+        return self.first_backward() if self.first_backward is not None else None
 
 
 def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
@@ -617,7 +623,7 @@ def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
         ca_inductor=record.manifest.mode == "ca" and record.manifest.backend == "inductor"
         and any(graph.compiler.partition(":")[0] != "script" for graph in record.of(CAGraphEvent)),
         params_shared=params_shared(record),
-        first_backward_loss=first_backward_loss(record),
+        first_backward=functools.partial(first_backward_loss, record),
         **_updates_read(final[-1] if final else None),
     )
 

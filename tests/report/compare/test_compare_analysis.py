@@ -909,7 +909,7 @@ def test_a_first_step_that_parts_in_its_backward_is_said_so_not_unseeded():
     from cagtool.report.compare.analysis import NumericsSample, modes_numerics
 
     def sample(record: str, losses: dict[int, float], first: float | None) -> NumericsSample:
-        return NumericsSample(record, losses, 3.0, 1.0, True, first_backward_loss=first)
+        return NumericsSample(record, losses, 3.0, 1.0, True, first_backward=lambda: first)
 
     eager = sample("eager", {0: 1.96384, 1: 1.9562}, 1.95397556)
     aot = sample("aot", {0: 1.95540, 1: 1.9570}, 1.95397556)

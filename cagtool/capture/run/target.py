@@ -7,7 +7,6 @@ import atexit
 import contextlib
 import os
 import re
-import runpy
 import shutil
 import sys
 import traceback

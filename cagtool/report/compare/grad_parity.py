@@ -696,9 +696,9 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> tuple[str,
     if FIRST_STEP in mine and FIRST_STEP in theirs:
         a, b = mine[FIRST_STEP], theirs[FIRST_STEP]
         if not abs(a - b) <= FIRST_LOSS_ATOL + FIRST_LOSS_RTOL * abs(b):
-            first, theirs = first_backward_loss(record), first_backward_loss(reference)
-            if first is not None and theirs is not None and abs(first - theirs) <= FIRST_LOSS_ATOL + FIRST_LOSS_RTOL * abs(theirs):
-                return (f"parted in the first step's backward: the loss of its first backward call agrees ({first!r} in both), "
+            here, there = first_backward_loss(record), first_backward_loss(reference)
+            if here is not None and there is not None and abs(here - there) <= FIRST_LOSS_ATOL + FIRST_LOSS_RTOL * abs(there):
+                return (f"parted in the first step's backward: the loss of its first backward call agrees ({here!r} in both), "
                         f"the loss after it already differs ({a!r} vs {b!r}): that backward changed what the next forward "
                         "computed (random numbers drawn in it: torch.compile's non-reentrant activation checkpointing on the "
                         "eager backend draws them in its recompute, eager's does not), so the step's gradients came from other "

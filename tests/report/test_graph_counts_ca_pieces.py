@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -89,7 +90,7 @@ def test_a_job_without_pieces_reads_as_before(graph_breaks):
 
 
 @pytest.mark.slow
-def test_the_headline_names_the_checkpoint_that_split_the_ca_graph_and_where_it_must_run(checkpoint_pieces_run, record_run):
+def test_the_headline_names_the_checkpoint_that_split_the_ca_graph_and_where_it_must_run(checkpoint_pieces_run, record_run, tmp_path):
     """The pieces cost a Dynamo compile each whether or not they recompile (an HF model with
     gradient_checkpointing_enable() and backend eager: 31 pieces, 200 s of compile, 7.5 s with
     aot_eager; docs/torch-internals.md): the headline says so, with where the checkpoint must run."""
@@ -114,6 +115,13 @@ def test_the_headline_names_the_checkpoint_that_split_the_ca_graph_and_where_it_
                              "checkpoint in the compiled code as eager checkpointing does"), advice
     assert ("and call the checkpoint inside the compiled function (torch.compile a function or module whose code calls "
             "torch.utils.checkpoint.checkpoint, not checkpoint(compiled_fn, ...))") in advice, advice
+    # A record is read, not trusted: a compile call whose line is no number is not quoted.
+    forged = shutil.copytree(static.path, tmp_path / "forged", symlinks=True)
+    manifest = json.loads((forged / "ca" / "manifest.json").read_text())
+    manifest["options"]["compile_calls"][0]["line"] = "9**9**9"
+    (forged / "ca" / "manifest.json").write_text(json.dumps(manifest))
+    code, text, err = cli_in_process("summary", str(forged), env={"CI": "true", "COLUMNS": "400"})
+    assert code == 0 and text.split("\nwhat to do: ")[1].startswith("Call the checkpoint inside the compiled function"), text + err
 
 
 @pytest.mark.slow

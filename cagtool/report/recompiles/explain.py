@@ -1108,11 +1108,12 @@ def checkpoint_fix(table: RecompileTable) -> str:
                 "as one region, and the CA graph has no such break and no pieces.")
     found = checkpoint_region_break(table)
     eager = [c for c in table.compile_calls if c.get("backend") == "eager"]
-    if found is None and eager and len(eager) == len(table.compile_calls):
+    said = bool(eager) and isinstance(eager[0].get("file"), str) and type(eager[0].get("line")) is int  # a record is read, not trusted
+    if found is None and said and len(eager) == len(table.compile_calls):
         # Every compile of the job on the eager backend (HF Trainer's torch_compile_backend="eager"):
         # the checkpoint may already be inside compiled code; the backend is what to change.
         call = eager[0]
-        via = f", through {call['via']}," if call.get("via") else ""
+        via = f", through {call['via']}," if isinstance(call.get("via"), str) and call["via"] else ""
         return (f"Your torch.compile at {display_path(str(call.get('file')), table.cwd)}:{call.get('line')}{via} compiles with "
                 "backend=\"eager\", which runs a checkpoint in the compiled code as eager checkpointing does, unpack hooks and all. "
                 "Compile with a backend that runs AOTAutograd (aot_eager, or the default inductor; HF Trainer: "

@@ -1108,19 +1108,17 @@ def checkpoint_fix(table: RecompileTable) -> str:
                 "as one region, and the CA graph has no such break and no pieces.")
     found = checkpoint_region_break(table)
     eager = [c for c in table.compile_calls if c.get("backend") == "eager"]
-    said = bool(eager) and isinstance(eager[0].get("file"), str) and type(eager[0].get("line")) is int  # a record is read, not trusted
-    if found is None and said and len(eager) == len(table.compile_calls):
+    # A record is read, not trusted: a call is quoted where its file is text and its line a number.
+    quotable = bool(eager) and isinstance(eager[0].get("file"), str) and type(eager[0].get("line")) is int
+    if found is None and quotable and len(eager) == len(table.compile_calls):
         # Every compile of the job on the eager backend (HF Trainer's torch_compile_backend="eager"):
         # the checkpoint may already be inside compiled code; the backend is what to change.
         call = eager[0]
         via = f", through {call['via']}," if isinstance(call.get("via"), str) and call["via"] else ""
-        return (f"Your torch.compile at {display_path(str(call.get('file')), table.cwd)}:{call.get('line')}{via} compiles with "
+        return (f"Your torch.compile at {display_path(call['file'], table.cwd)}:{call['line']}{via} compiles with "
                 "backend=\"eager\", which runs a checkpoint in the compiled code as eager checkpointing does, unpack hooks and all. "
                 "Compile with a backend that runs AOTAutograd (aot_eager, or the default inductor; HF Trainer: "
-                "TrainingArguments(torch_compile_backend=\"aot_eager\")), and call the checkpoint inside the compiled function "
-                "(torch.compile a function or module whose code calls torch.utils.checkpoint.checkpoint, not "
-                "checkpoint(compiled_fn, ...)): Dynamo traces it as one region and AOTAutograd puts its recompute in the compiled backward, so no unpack hook "
-                "runs in the compiled-autograd graph, which then has no such break and no pieces.")
+                f"TrainingArguments(torch_compile_backend=\"aot_eager\")), and {_CALL_INSIDE}: {_TRACED_AS_ONE}")
     if found is None:
         return CHECKPOINT_INSIDE_FIX
     said = f"\"{found['reason']}\"" + (f": {found['explanation']}" if found["explanation"] else "")
@@ -1138,12 +1136,12 @@ def checkpoint_fix(table: RecompileTable) -> str:
 # 0; Dynamo traces it as torch.ops.higher_order.tag_activation_checkpoint and the recompute is in
 # the AOT backward); with backend="eager" it still breaks at every saved tensor (the region runs as
 # eager checkpointing does).
-CHECKPOINT_INSIDE_FIX = (
-    "Call the checkpoint inside the compiled function (torch.compile a function or module whose code calls "
-    "torch.utils.checkpoint.checkpoint, not checkpoint(compiled_fn, ...)), with a backend that runs AOTAutograd (the default "
-    "inductor, or aot_eager): Dynamo traces the checkpoint as one region and AOTAutograd puts its recompute in the compiled "
-    "backward, so no unpack hook runs in the compiled-autograd graph, which then has no such break and no pieces. With "
-    "backend=\"eager\" the region still runs the unpack hooks: it breaks as before.")
+_CALL_INSIDE = ("call the checkpoint inside the compiled function (torch.compile a function or module whose code calls "
+                "torch.utils.checkpoint.checkpoint, not checkpoint(compiled_fn, ...))")
+_TRACED_AS_ONE = ("Dynamo traces the checkpoint as one region and AOTAutograd puts its recompute in the compiled backward, so no "
+                  "unpack hook runs in the compiled-autograd graph, which then has no such break and no pieces.")
+CHECKPOINT_INSIDE_FIX = (f"C{_CALL_INSIDE[1:]}, with a backend that runs AOTAutograd (the default inductor, or aot_eager): {_TRACED_AS_ONE} "
+                         "With backend=\"eager\" the region still runs the unpack hooks: it breaks as before.")
 
 
 def _capture_errors(table: RecompileTable) -> list[dict[str, Any]]:

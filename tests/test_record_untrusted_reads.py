@@ -643,3 +643,35 @@ def test_a_mode_named_with_a_terminals_control_characters_or_a_path_is_refused(r
     for command in ("summary", "recompiles", "compare"):
         code, out, err = cagtool(command, str(run))
         assert code == 3 and "lists a mode named" in err and err.count("\n") == 1 and "\x1b" not in out + err, (command, code, err)
+
+
+def test_compile_calls_forged_to_other_types_are_left_out_not_a_crash(record_run, tmp_path):
+    """The manifest's `compile_calls` are matched to recompiled frames by their fields: an entry
+    whose line was a list crashed `summary` and `recompiles --explain` (internal error, exit 4:
+    unhashable type). Entries whose fields are not their types are left out; the rest are read."""
+    # its size recompile is of the frame the script's torch.compile compiled first (test_verify_fixes.py shares it)
+    recorded = record_run(str(Path(__file__).parent / "scripts" / "set_on_first_call.py"), modes="ca", backend="eager")
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    copy = private_copy(recorded.path, tmp_path / "run")
+    manifest_path = copy / "ca" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    calls = manifest["options"]["compile_calls"]
+    assert calls and all(isinstance(c["line"], int) for c in calls)
+    good = dict(calls[0])
+    manifest["options"]["compile_calls"] = [{**good, "line": [good["line"]]}]
+    manifest_path.write_text(json.dumps(manifest))
+    for args in (("summary", str(copy)), ("recompiles", "--explain", str(copy))):
+        code, out, err = cagtool(*args)
+        assert code == 0 and "internal error" not in err, (args, code, err)
+    manifest["options"]["compile_calls"] = [{**good, "file": 5}, {**good, "code": "x"}, {**good, "backend": {"eager": 1}}]
+    manifest_path.write_text(json.dumps(manifest))
+    for args in (("summary", str(copy)), ("recompiles", "--explain", str(copy))):
+        code, out, err = cagtool(*args)
+        assert code == 0 and "internal error" not in err, (args, code, err)
+    from cagtool.record.loader import load_run
+    from cagtool.record.manifest import typed_compile_calls
+
+    assert typed_compile_calls(load_run(copy).modes["ca"].manifest) == ()
+    manifest["options"]["compile_calls"] = [good, {**good, "line": True}]
+    manifest_path.write_text(json.dumps(manifest))
+    assert typed_compile_calls(load_run(copy).modes["ca"].manifest) == (good,)

@@ -203,6 +203,25 @@ def process_identity(manifest: ModeManifest) -> str | None:
     return f"{process.get('hostname') or ''}/{pid}/{process.get('start_ticks')}/{manifest.started_at}/{manifest.clock_t0!r}"
 
 
+def typed_compile_calls(manifest: ModeManifest) -> tuple[dict[str, Any], ...]:
+    """The manifest's `compile_calls` (ModeOptions) whose fields have their types: a record is read,
+    not trusted, and an entry whose line is a list (unhashable) or whose file is no text crashed the
+    explanation that matches calls to frames. An entry otherwise typed is left out; `in_place` and
+    `backend` may be absent (older records)."""
+    calls = manifest.options.get("compile_calls") if isinstance(manifest.options, dict) else None
+    if not isinstance(calls, list):
+        return ()
+
+    def typed(c: Any) -> bool:
+        code = c.get("code")
+        return (isinstance(c.get("file"), str) and type(c.get("line")) is int and isinstance(c.get("via", ""), str)
+                and c.get("dynamic") in (None, True, False, "other") and type(c.get("dynamic")) in (type(None), bool, str)
+                and isinstance(code, list) and len(code) == 2 and isinstance(code[0], str) and type(code[1]) is int
+                and type(c.get("in_place", False)) is bool and isinstance(c.get("backend", ""), str))
+
+    return tuple(c for c in calls if isinstance(c, dict) and typed(c))
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     """The document as plain data, in field order; what msgspec does not take (a torch version is
     a str subclass) is spelled by str()."""

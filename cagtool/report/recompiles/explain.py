@@ -1107,10 +1107,8 @@ def checkpoint_fix(table: RecompileTable) -> str:
                 "torch.nn.Sequential of its modules), with a backend that runs AOTAutograd (inductor, aot_eager): Dynamo traces each "
                 "as one region, and the CA graph has no such break and no pieces.")
     found = checkpoint_region_break(table)
-    eager = [c for c in table.compile_calls if c.get("backend") == "eager"]
-    # A record is read, not trusted: a call is quoted where its file is text and its line a number.
-    quotable = bool(eager) and isinstance(eager[0].get("file"), str) and type(eager[0].get("line")) is int
-    if found is None and quotable and len(eager) == len(table.compile_calls):
+    eager = [c for c in table.compile_calls if c.get("backend") == "eager"]  # typed by record.manifest.typed_compile_calls
+    if found is None and eager and len(eager) == len(table.compile_calls):
         # Every compile of the job on the eager backend (HF Trainer's torch_compile_backend="eager"):
         # the checkpoint may already be inside compiled code; the backend is what to change.
         call = eager[0]

@@ -19,6 +19,7 @@ import msgspec
 from cagtool.errors import UnreadableInput
 from cagtool.record.integrity import mode_damage
 from cagtool.record.loader import ModeRecord, RunRecord, inside, load_mode, load_run
+from cagtool.record.manifest import typed_compile_calls
 from cagtool.record.schema import (
     PHASE_CHECKPOINT_RECOMPUTE,
     BackwardEvent,
@@ -1043,7 +1044,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         # whose iterator was made before the block began, which no count of the block's sees.
         data_loaders=None if manifest.options.get("python_api") else manifest.options.get("dataloader_iterators"),
         skipped_compiles=skipped_compiles(record),
-        compile_calls=tuple(c for c in manifest.options.get("compile_calls") or () if isinstance(c, dict)),
+        compile_calls=typed_compile_calls(manifest),
         frame_codes={frame: (e.co_filename, e.co_firstlineno) for e in reversed(compile_events)
                      if e.co_filename and e.co_firstlineno and not e.is_ca_graph and (frame := compile_frame(e.compile_id)) is not None},
         branch_sites=branches,

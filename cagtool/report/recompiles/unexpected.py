@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord
+from cagtool.record.manifest import typed_compile_calls
 from cagtool.record.schema import (
     ARTIFACT_GUARDS,
     CHECKPOINT_REENTRANT,
@@ -142,8 +143,8 @@ def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
 def _unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
     thread_changes = [f for f in record.of(FindingEvent) if f.code == FINDING_NUM_THREADS]
     argnames = {e.compile_id: tuple(e.co_argnames) for e in record.of(DynamoCompileEvent) if e.co_argnames}
-    calls = record.manifest.options.get("compile_calls") if isinstance(record.manifest.options, dict) else None
-    in_place = bool(calls) and isinstance(calls, list) and all(isinstance(c, dict) and c.get("in_place") is True for c in calls)
+    calls = typed_compile_calls(record.manifest)
+    in_place = bool(calls) and all(c.get("in_place") is True for c in calls)
     out: list[UnexpectedCause] = []
     for event in record.of(DynamoRecompileEvent):
         guard = call_guard([r.split(":", 1)[-1].strip().split("  #")[0] for r in event.reasons])

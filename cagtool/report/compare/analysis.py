@@ -535,6 +535,11 @@ class Numerics:
         return list(dict.fromkeys(d.record for d in self.diffs if d.inputs_differ))
 
     @property
+    def backward_parted_only(self) -> bool:
+        """Every record not comparable parted from the reference in its first step's backward."""
+        return bool(self.inputs_differ) and all(r in self.first_backward_agrees for r in self.inputs_differ)
+
+    @property
     def random_ops_only(self) -> bool:
         """Every record not comparable is so for random ops in its compiled graphs."""
         return bool(self.inputs_differ) and all(r in self.random_ops for r in self.inputs_differ)
@@ -768,8 +773,9 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         if not kept:
             notes.append(f"{sample.record}: nothing to compare with {reference.record}")
         why = getattr((gradients or {}).get(sample.record), "not_comparable", "")
-        random = why.startswith(RANDOM_OPS_WORDS) and _different_modes_of_one_run(sample.record, reference.record)
-        if first_losses_differ(sample, reference, tol) and _different_modes_of_one_run(sample.record, reference.record):
+        one_run = _different_modes_of_one_run(sample.record, reference.record)
+        random = one_run and why.startswith(RANDOM_OPS_WORDS)
+        if one_run and first_losses_differ(sample, reference, tol):
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
             first_losses[sample.record] = (sample.losses[FIRST_STEP], reference.losses[FIRST_STEP])
             first, theirs = sample.first_backward_loss, reference.first_backward_loss

@@ -650,7 +650,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
                 why = ("random ops in the compiled graphs draw other numbers: --parity compares them"
                        if numerics.random_ops_only else
                        "parted in the first step's backward: `cagtool compare` says why"
-                       if set(numerics.inputs_differ) <= set(numerics.first_backward_agrees) else
+                       if numerics.backward_parted_only else
                        "the compiled forward computes differently, or inputs differ")
                 phrases.append(f"numerics: ca agrees with {aot}; both differ from {numerics.reference}{since} ({why})")
         elif numerics.inputs_differ:
@@ -658,7 +658,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             phrases.append("numerics not comparable: random ops in the compiled graphs (--parity compares them)"
                            if numerics.random_ops_only else
                            "numerics not comparable: parted in the first step's backward (`cagtool compare` says why)"
-                           if set(numerics.inputs_differ) <= set(numerics.first_backward_agrees) else
+                           if numerics.backward_parted_only else
                            "numerics not comparable: inputs differ (unseeded?)")
         elif numerics.stepless:
             # A mode that trained no step where the reference trained: its final norms agree in nothing.

@@ -293,6 +293,11 @@ def speedup_grid(speedups: tuple[Speedup, ...] | list[Speedup], title: str = "Sp
     return grid
 
 
+# What the numerics lines of a mode whose compiled graphs draw other random numbers end with.
+_RANDOM_OPS_TAIL = (", so their numerics say nothing about compiled autograd; rerun with cagtool run --parity "
+                    "(torch._inductor.config.fallback_random) to compare them")
+
+
 def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     """(line, is_problem)."""
     tol = numerics.tolerance
@@ -350,9 +355,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                 parted = numerics.parted_at.get(record)
                 since = f" and part from step {parted}" if parted is not None else ", not later"
                 lines.append((f"Numerics: not comparable: {record}'s losses agree with {numerics.reference}'s at the first step{since}: "
-                              f"{numerics.random_ops[record]}, so their numerics say nothing about compiled "
-                              "autograd; rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare "
-                              "them", False))
+                              f"{numerics.random_ops[record]}{_RANDOM_OPS_TAIL}", False))
                 lines.extend((diff_line(d), False) for d in numerics.diffs if d.record == record and not d.agrees)
                 continue
             value, reference_value = numerics.first_losses[record]
@@ -368,9 +371,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                 continue
             if record in numerics.random_ops:
                 lines.append((f"Numerics: not comparable: {record}'s first-step loss already differs from {numerics.reference}'s "
-                              f"({value!r} vs {reference_value!r}): {numerics.random_ops[record]}, so their numerics say nothing "
-                              "about compiled autograd; rerun with cagtool run --parity (torch._inductor.config.fallback_random) "
-                              "to compare them", False))
+                              f"({value!r} vs {reference_value!r}): {numerics.random_ops[record]}{_RANDOM_OPS_TAIL}", False))
                 continue
             lines.append((
                 f"Numerics: inputs differ (unseeded?): {record}'s first-step loss already differs from {numerics.reference}'s "

@@ -256,3 +256,20 @@ def test_a_forward_size_cause_is_keyed_by_its_dimension_and_a_follower_by_its_ro
     rerun_length = Cause(CAUSE_DYNAMO_FRAME, [], number=1, source=call, facts=length.facts)
     rerun_after = Cause(CAUSE_STRUCTURE, [], number=2, source=back, caused_by=1, facts=after_length.facts)
     assert cause_key(rerun_after, [rerun_length, rerun_after]) == cause_key(after_length, causes)
+
+
+def test_an_evaluations_last_batch_and_trainings_at_one_forward_line_are_two_causes():
+    """A LightningModule's forward calls the compiled net for training and for the evaluation (one
+    line). The record's size cause was the evaluation's last batch (grad off); the eval-uncompiled
+    fix removed it, and training's last batch, which the evaluation's sizes had made dynamic before,
+    recompiled in the re-run instead (grad on): not "cause #2 is still there" but a cause the fix
+    uncovered. Keyed by the grad mode it recompiled in, they are told apart; unknown stays one key."""
+    from cagtool.report.recompiles.explain import cause_key
+
+    call = SourceRef(file="/job/train_lit.py", line=16, code="return self.net(x)", function="forward", how="caller")
+    guard = "tensor 'args[0]' size mismatch at index 0. expected 64, actual 8"
+    evaluation = Cause(CAUSE_DYNAMO_FRAME, [], number=2, source=call, facts={"kind": "size", "failures": [("0/2", guard)], "grad_mode_after": False})
+    training = Cause(CAUSE_DYNAMO_FRAME, [], number=1, source=call, facts={"kind": "size", "failures": [("0/1", guard)], "grad_mode_after": True})
+    unknown = Cause(CAUSE_DYNAMO_FRAME, [], number=1, source=call, facts={"kind": "size", "failures": [("0/1", guard)]})
+    assert cause_key(evaluation) != cause_key(training)
+    assert cause_key(unknown) == cause_key(Cause(CAUSE_DYNAMO_FRAME, [], number=3, source=call, facts=dict(unknown.facts)))

@@ -604,6 +604,8 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     off by the script's own code (`_evaluation_calls`)."""
     name, title = EVAL_UNCOMPILED
     call = cause.facts.get("evaluation_call")
+    if call is None and cause.facts.get("shared_call") is not None:
+        return _shared_call_patch(cause, script, display, source)
     if call is None:
         return Patch(name, (cause.number,), title, display, None, "", False,
                      "the record names no one line where the evaluation called the compiled code")
@@ -654,6 +656,53 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
                      patched="".join(after), edited=tuple(sorted({c.func.lineno for c in calls})))
     return Patch(name, (cause.number,), title, display, call.line, "", False,
                  f"the edited calls of `{callee}` do not parse (inside f-strings of both quotes): edit them by hand")
+
+
+def _shared_call_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
+    """eval-uncompiled where training and the evaluation call the compiled module from one line
+    (explain.py `shared_call`: a forward both go through, as a LightningModule's): that call picks
+    by the state the guard is on, `(self.net(x) if torch.is_grad_enabled() else
+    getattr(self.net, "_orig_mod", self.net)(x))` (the module's `training` flag for a train/eval
+    cause), so the evaluation runs the module before torch.compile and training its compiled graph.
+    Applied where the line is the script's, holds one plain call of the compiled module on one line,
+    and the script imports torch."""
+    name, title = EVAL_UNCOMPILED
+    call = cause.facts["shared_call"]
+    if call.via or os.path.realpath(call.file) != os.path.realpath(script):
+        return Patch(name, (cause.number,), title, display, None, "", False,
+                     f"training and the evaluation call the compiled code from one line, in {os.path.basename(call.file)}"
+                     f"{f' ({call.via})' if call.via else ''}, not in the script: no call of the script's to edit")
+    parsed = _parsed(source)
+    if isinstance(parsed, str):
+        return Patch(name, (cause.number,), title, display, None, "", False, parsed)
+    text, tree = parsed
+    wrapped, called_compile, decorated = _compile_sites(tree)
+    found = compiled_call(call.code or "", cause.facts.get("argnames") or (), wrapped | called_compile | decorated) or innermost_call(call.code or "")
+    callee = found[0] if found is not None else ""
+    lines = text.splitlines(keepends=True)
+    nodes = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.lineno == call.line
+             and node.end_lineno == call.line and ast.unparse(node.func) == callee]
+    if len(nodes) != 1 or not imports_torch(tree):
+        return Patch(name, (cause.number,), title, display, call.line, "", False,
+                     f"line {call.line}, where training and the evaluation both call the compiled code, holds no one call of a "
+                     "module by its name on one line in a script that imports torch: pick there by the grad mode by hand")
+    node = nodes[0]
+    segment = ast.get_source_segment(text, node) or ""
+    if not segment.startswith(callee):
+        return Patch(name, (cause.number,), title, display, call.line, "", False,
+                     f"the call of `{callee}` at line {call.line} is not written as its name: pick there by the grad mode by hand")
+    state = f"{callee}.training" if cause.facts.get("train_eval") else "torch.is_grad_enabled()"
+    for quote in ('"', "'"):
+        uncompiled = f"getattr({callee}, {quote}_orig_mod{quote}, {callee}){segment[len(callee):]}"
+        after = replace_expr(list(lines), node, f"({segment} if {state} else {uncompiled})")
+        try:
+            ast.parse("".join(after))
+        except SyntaxError:
+            continue
+        return Patch(name, (cause.number,), title, display, call.line, unified_diff(display, lines, after), True,
+                     patched="".join(after), edited=(call.line,))
+    return Patch(name, (cause.number,), title, display, call.line, "", False,
+                 f"the edited call of `{callee}` does not parse (inside f-strings of both quotes): edit it by hand")
 
 
 def with_evaluations_recompiles(patch: Patch, causes: list[Cause], script: str) -> Patch:

@@ -632,26 +632,48 @@ def _one_call_site_loop(table: RecompileTable, cause: Cause) -> SourceRef | None
     return first.caller
 
 
-def _evaluation_call(table: RecompileTable, cause: Cause, after: bool | None, train_eval: bool = False) -> SourceRef | None:
-    """Where a grad-mode cause's evaluation called the compiled code, the user's line: the
-    recompile's own caller where the recompile was the evaluation's (`after` False: grad off after
-    training), else (`after` True: an evaluation first) the caller of the compile whose entry failed
-    when grad came back on. None where it is not known, or the compiles name several lines.
-    `train_eval`: the same for a cause on a module's train/eval flag (`after` True: training now,
-    after an evaluation in eval mode)."""
+def _call_sides(table: RecompileTable, cause: Cause, after: bool | None,
+                train_eval: bool = False) -> tuple[dict[tuple[str, int], SourceRef], dict[tuple[str, int], SourceRef]] | None:
+    """The user's lines that called a grad-mode cause's compiled code, (the evaluation's, training's):
+    the recompiles' own callers are the evaluation's where the recompile was the evaluation's
+    (`after` False: grad off after training), training's where it was training's (`after` True: an
+    evaluation first); the callers of the compiles whose entry failed are the other side's. None
+    where it is not known. `train_eval`: the same for a cause on a module's train/eval flag (`after`
+    True: training now, after an evaluation in eval mode)."""
     def failed_here(message: str) -> bool:
         guard = guard_text(message)
         return training_guard(guard) is not None if train_eval else guard_kind(guard) == GUARD_GRAD_MODE
 
-    if after is False:
-        found = {(row.caller.file, row.caller.line): row.caller for row in cause.rows if row.caller is not None}
-    elif after is True and table.phases is not None:
+    if after is None:
+        return None
+    own = {(row.caller.file, row.caller.line): row.caller for row in cause.rows if row.caller is not None}
+    failed: dict[tuple[str, int], SourceRef] = {}
+    if table.phases is not None:
         entries = {cid for row in cause.rows for m in row.messages
                    if failed_here(m) and (cid := reason_compile_id(m.strip().splitlines()[0]))}
-        found = {(c.caller.file, c.caller.line): c.caller for c in table.phases.compiles if c.compile_id in entries and c.caller is not None}
-    else:
+        failed = {(c.caller.file, c.caller.line): c.caller for c in table.phases.compiles if c.compile_id in entries and c.caller is not None}
+    return (own, failed) if after is False else (failed, own)
+
+
+def _evaluation_call(table: RecompileTable, cause: Cause, after: bool | None, train_eval: bool = False) -> SourceRef | None:
+    """Where a grad-mode cause's evaluation called the compiled code, the user's line (`_call_sides`).
+    None where it is not known, the compiles name several lines, or training calls the compiled
+    code from that line too (a forward both call: `_shared_call`)."""
+    sides = _call_sides(table, cause, after, train_eval)
+    if sides is None or len(sides[0]) != 1 or set(sides[0]) <= set(sides[1]):
         return None
-    return next(iter(found.values())) if len(found) == 1 else None
+    return next(iter(sides[0].values()))
+
+
+def _shared_call(table: RecompileTable, cause: Cause, after: bool | None, train_eval: bool = False) -> SourceRef | None:
+    """The one user's line from which both the evaluation and training called a grad-mode (or
+    train/eval) cause's compiled code: a forward or a helper both go through (Lightning's
+    `forward`, which training_step and validation_step call alike), where editing the call would
+    skip training's compile too. None otherwise."""
+    sides = _call_sides(table, cause, after, train_eval)
+    if sides is None or len(sides[0]) != 1 or set(sides[0]) != set(sides[1]):
+        return None
+    return next(iter(sides[0].values()))
 
 
 def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
@@ -773,6 +795,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # ... and the user's line where the evaluation called the compiled code (grad off), where one is known.
         "evaluation_call": (_evaluation_call(table, cause, train_eval[2], train_eval=True) if train_eval
                             else _evaluation_call(table, cause, after)),
+        # ... or the one line training and the evaluation both called it from (a forward both go through).
+        "shared_call": (_shared_call(table, cause, train_eval[2], train_eval=True) if train_eval
+                        else _shared_call(table, cause, after)),
         # ... and whether the evaluation's compile ran under torch.inference_mode() (True) or
         # torch.no_grad() (False), where the guard trees say it and agree.
         "inference_mode": flags.pop() if len(flags := {table.inference_modes.get(row.compile_id) for row in cause.rows}) == 1 else None,
@@ -3029,6 +3054,28 @@ def _at_evaluation_call(call: SourceRef, cwd: str) -> str:
     return f"at the evaluation's call, {format_source(call, cwd, with_code=False)}: `{(call.code or '').strip()}`"
 
 
+def _shared_skip(facts: dict[str, Any], cwd: str, train_eval: bool = False) -> str:
+    """The fix that skips an evaluation's compile where training and the evaluation call the
+    compiled module from one line (`shared_call`: a forward both go through): editing that call
+    alone would skip training's compile too, so the line picks by the state the guard is on (the
+    grad mode, or the module's train flag). "" where there is no such line, or its call is not one
+    the fix can name (a module calling itself, a line without the compiled module's call)."""
+    call = facts.get("shared_call")
+    code = (call.code or "").strip() if call is not None and not call.via else ""
+    if not code:
+        return ""
+    uncompiled = uncompiled_call(code, facts.get("argnames") or ())
+    module = uncompiled.split("._orig_mod(", 1)[0]
+    compiled = uncompiled.replace("._orig_mod(", "(", 1)
+    if module == "self" or compiled not in code:
+        return ""
+    state = f"{module}.training" if train_eval else "torch.is_grad_enabled()"
+    return (f"To skip even that compile, call the module as it was before torch.compile in the evaluation alone: "
+            f"{format_source(call, cwd, with_code=False)} (`{code}`) is training's call too (both reach the compiled code "
+            f"through it), so editing it would skip training's compile as well; pick there by the "
+            f"{'mode the module is in' if train_eval else 'grad mode'}: `{compiled} if {state} else {uncompiled}`.")
+
+
 def _evaluation_skip(facts: dict[str, Any], code: str, cwd: str) -> str:
     """A grad-mode cause's fix that skips the evaluation's compile, at the evaluation's own call where
     the record names it (the call `--verify`'s eval-uncompiled patch edits, verify/patches.py)."""
@@ -3189,7 +3236,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once or len(facts.get("failures") or ()) == 1 else
                 "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
-                _in_place_skip(facts, cwd) or _evaluation_skip(facts, code, cwd) + COMPILED_IN_PLACE_SKIP]
+                _in_place_skip(facts, cwd) or (_shared_skip(facts, cwd) or _evaluation_skip(facts, code, cwd)) + COMPILED_IN_PLACE_SKIP]
     if facts.get("optional_argument"):
         name = facts["optional_argument"]
         same = (f"pass `{name}` the same way in every call: always a tensor (for a mask, one of ones where nothing is masked), "
@@ -3212,7 +3259,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
     if facts.get("train_eval"):
         return ["Nothing to fix: the train-mode graph and the eval-mode graph are both cached after their first call."
                 if once else "Keep each compiled call in one mode: every train/eval mode gets its own graph.",
-                _in_place_skip(facts, cwd) or _train_eval_skip(facts, cwd) + COMPILED_IN_PLACE_SKIP]
+                _in_place_skip(facts, cwd) or (_shared_skip(facts, cwd, train_eval=True) or _train_eval_skip(facts, cwd)) + COMPILED_IN_PLACE_SKIP]
     if kind == GUARD_GLOBAL_STATE:
         if "autocast" in guard:
             same = ("each setting has its own forward graph, and its own backward graph (autocast's casts are nodes in it), "
@@ -4343,7 +4390,8 @@ def cause_key(cause: Cause, causes: list[Cause] | None = None, rename: Callable[
     sizes are one cause whether compiled autograd missed on them or only Dynamo recompiled a CA
     graph's code on a size (what is left of them once compiled autograd starts dynamic). A forward
     frame's size recompile is keyed by the tensors and dimensions that changed too (a last batch's
-    dim 0 is not a longer sequence's dim 1 at the same call); a structure change by the kinds of node
+    dim 0 is not a longer sequence's dim 1 at the same call) and the grad mode it recompiled in (an
+    evaluation's last batch is not training's); a structure change by the kinds of node
     that differ (digits dropped: CompiledFunctionBackward0 and 7 are one kind); and, given the
     explanation's `causes`, a cause that follows another by that one's key (a backward captured again
     after a forward recompile is the same cause only after the same forward cause)."""
@@ -4354,7 +4402,9 @@ def cause_key(cause: Cause, causes: list[Cause] | None = None, rename: Callable[
     elif cause.code == CAUSE_DYNAMO_FRAME and kind == GUARD_SIZE:
         dims = sorted({(found[0], found[1]) for _, guard in cause.facts.get("failures") or () if guard
                        and (found := size_guard(guard)) is not None})
-        what = (cause.code, kind, tuple(dims))
+        # ... and by the grad mode it recompiled in, where known: an evaluation's last batch and
+        # training's, called from one line (a forward both go through), are two causes.
+        what = (cause.code, kind, tuple(dims), cause.facts.get("grad_mode_after"))
     elif cause.code == CAUSE_STRUCTURE:
         kinds = sorted({re.sub(r"\d+$", "", name) for names in (cause.facts.get("variants") or {}).values() for name in names})
         what = (cause.code, kind, tuple(kinds))

@@ -626,3 +626,42 @@ def test_an_evaluations_last_batch_below_the_range_a_dynamic_graph_holds_for_is_
     assert bound.place_said.startswith("between steps 2 and 3 (grad off"), bound.place_said
     assert "between steps 2 and 3" in words.evidence
     assert "between steps 2 and 3" in cause_phrase(bound) and " at between" not in cause_phrase(bound), cause_phrase(bound)
+
+
+def test_an_evaluation_and_training_calling_through_one_forward_are_told_to_pick_by_the_grad_mode(record_run):
+    """tests/scripts/shared_forward_eval.py: a wrapper's forward calls the compiled submodule, as a
+    LightningModule's does, and both the evaluation (first, under no_grad) and training call the
+    wrapper. Every compile of the frame is called from that one line: it is no evaluation's own call,
+    and "evaluate with `self.net._orig_mod(x)` at it" would leave training uncompiled too. The fix
+    picks at that line by the grad mode, and so does --verify's patch (one edit, at that line)."""
+    script = "../tests/scripts/shared_forward_eval.py"
+    explanation, cwd = _explained(record_run, script)
+    [grad_mode] = [c for c in explanation.causes if c.facts.get("kind") == GUARD_GRAD_MODE]
+    lines = (ROOT / "tests" / "scripts" / "shared_forward_eval.py").read_text().splitlines()
+    forward = next(i for i, text in enumerate(lines, 1) if text.strip() == "return self.net(x)")
+    assert grad_mode.facts["grad_mode_after"] is True and grad_mode.facts["evaluation_call"] is None
+    assert grad_mode.facts["shared_call"].line == forward
+    fixes = " ".join(cause_words(grad_mode, cwd).fix)
+    assert (f"tests/scripts/shared_forward_eval.py:{forward} (`return self.net(x)`) is training's call too" in fixes
+            and "`self.net(x) if torch.is_grad_enabled() else self.net._orig_mod(x)`" in fixes), fixes
+    assert "at the evaluation's call" not in fixes
+    script_path = ROOT / "tests" / "scripts" / "shared_forward_eval.py"
+    patch = patch_for(grad_mode, str(script_path), script_path.name, script_path.read_bytes())
+    assert patch is not None and patch.applicable and patch.edited == (forward,), patch
+    assert ('+        return (self.net(x) if torch.is_grad_enabled() else getattr(self.net, "_orig_mod", self.net)(x))'
+            in patch.diff.splitlines()), patch.diff
+
+
+def test_a_train_eval_switch_through_one_forward_picks_by_the_modules_mode():
+    """The train/eval flag's cause where training and the evaluation call the compiled module from one
+    line (`shared_call`): the fix picks there by the module's `training` flag, and never names that
+    line as the evaluation's own call."""
+    from cagtool.record.schema import SourceRef
+    from cagtool.report.recompiles.explain import _guard_fixes
+
+    shared = SourceRef("/w/lit.py", 16, "        return self.net(x)")
+    facts = {"train_eval": ("1", "Dropout", True), "kind": "value", "stabilised": True,
+             "guard": "self._modules['1'].training == False", "caller": shared, "evaluation_call": None, "shared_call": shared}
+    fix = _guard_fixes(facts, False, "return self.net(x)", "/w")[1]
+    assert "lit.py:16 (`return self.net(x)`) is training's call too" in fix, fix
+    assert "`self.net(x) if self.net.training else self.net._orig_mod(x)`" in fix and "at the evaluation's call" not in fix, fix

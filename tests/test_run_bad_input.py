@@ -100,13 +100,19 @@ def test_script_raises_mid_training_record_is_complete(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("given, status", [("7", 7), ("300", 44)])
+@pytest.mark.parametrize("given, status", [("7", 7), ("300", 44), ("2", 2)])
 def test_sys_exit_code_passes_through(tmp_path, given, status):
-    """The process's status as python's would be (sys.exit(300) is 44 to a shell), and the record says the same."""
-    proc = _run(tmp_path, str(SCRIPTS / "exit_code.py"), given)
+    """The process's status as python's would be (sys.exit(300) is 44 to a shell), and the record says
+    the same. The script is given `--steps 5 --modes=ca`, cagtool run's own options written after the
+    script: where every mode exits with 2, an argument parser's usage error, the last line says they
+    went to the script; any other status says nothing of them (a script may take `--steps` itself)."""
+    proc = _run(tmp_path, str(SCRIPTS / "exit_code.py"), given, "--steps", "5", "--modes=ca")
     assert proc.returncode == status
     ca = load_run(tmp_path / "r").modes["ca"]
     assert ca.manifest.exit_code == status and len(ca.of(StepEvent)) == 1
+    told = ("cagtool: every mode exited with code 2 (a usage error?), and the script was given --steps, --modes: cagtool run's "
+            "own options, which after the script go to the script; put them before it: cagtool run [OPTIONS] SCRIPT [ARGS]...")
+    assert (proc.stderr.splitlines()[-1] == told) == (status == 2), proc.stderr[-1500:]
 
 
 @pytest.mark.slow

@@ -97,6 +97,16 @@ def warm_end_of_run_imports(report: bool) -> None:
         pass
 
 
+def options_after_script(ctx: typer.Context, args: list[str], exit_codes: list[int | None]) -> list[str]:
+    """The script's arguments that are `cagtool run`'s own options (`train.py -o out --modes ca`:
+    cagtool's options written after the script, which passes them to it), where every mode exited
+    with code 2, an argument parser's usage error. [] otherwise: a script may take `--steps` itself."""
+    if not exit_codes or any(code != 2 for code in exit_codes):
+        return []
+    names = {name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts) if name.startswith("-")}
+    return list(dict.fromkeys(arg.split("=", 1)[0] for arg in args if arg.split("=", 1)[0] in names))
+
+
 def run_command(
     ctx: typer.Context,
     script: Optional[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The training script, then its own arguments.", show_default=False),
@@ -269,6 +279,10 @@ def run_command(
         from cagtool.commands.report import report_after_run
 
         report_after_run(outcome.path, gate_result, record)
+    if (misplaced := options_after_script(ctx, args, [o.exit_code for o in outcome.outcomes])):
+        print(f"cagtool: every mode exited with code 2 (a usage error?), and the script was given {', '.join(misplaced)}: "
+              "cagtool run's own options, which after the script go to the script; put them before it: "
+              "cagtool run [OPTIONS] SCRIPT [ARGS]...", file=sys.stderr)
     raise typer.Exit(code)
 
 

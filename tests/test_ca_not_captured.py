@@ -30,3 +30,23 @@ def test_a_ca_mode_that_captured_nothing_says_so_and_claims_no_speed(record_run)
     assert code == 0 and "No recompiles, and no graph: compiled autograd captured none of this mode's backward calls." in explained
     assert "No recompiles: the eager mode compiles nothing." in explained
     assert "reused the cached graphs" not in explained
+
+
+def test_a_ca_mode_whose_per_sample_gradients_ran_without_compiled_autograd_says_how_many(record_run):
+    """tests/scripts/per_sample_norms.py: each step's per-sample norms by torch.func, then the training
+    backward; 8 top-level backward calls, 4 of them inside functorch's grad transform, where torch
+    turns compiled autograd off. The record counts those (the manifest's `backward_calls_outside_ca`,
+    read where each call begins), and the summary and the headline say it; the training backward's
+    one graph is captured, so it is no "captured none"."""
+    run = record_run("../tests/scripts/per_sample_norms.py")
+    assert run.returncode == 0, run.stderr[-2000:]
+    manifest = json.loads((run.path / "ca" / "manifest.json").read_text())
+    assert manifest["options"]["backward_calls_outside_ca"] == 4
+    code, summary, _ = cli_in_process("summary", str(run.path))
+    said = " ".join(summary.split())
+    assert code == 0 and "CA graphs: 1 (1 initial) (torch counted 1 capture)" in said
+    assert ("compiled autograd was off for 4 of its 8 backward calls: they ran without it, as in the aot mode (a backward inside a "
+            "torch.func transform such as grad or vjp") in said
+    assert "captured none" not in said
+    headline = said.split(" cagtool run ")[0]
+    assert "compiled autograd was off for 4 of the ca mode's 8 backward calls (torch.func's transforms turn it off)" in headline

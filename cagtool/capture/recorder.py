@@ -243,6 +243,8 @@ class Recorder:
 
         options["workdir_reads"] = reads()  # None: not watched (a Python API block)
         options["dataloader_iterators"] = self.steps.loader_iterators if self.steps is not None else None
+        # The ca mode's top-level backwards that began with compiled autograd off (None: not the ca mode, or steps not tracked).
+        options["backward_calls_outside_ca"] = self.steps.counter.outside_ca if self.steps is not None and self.steps.mode == "ca" else None
         if self.scope is not None and self.scope.errors:
             options["thread_scope_errors"] = {"count": self.scope.errors, "last": self.scope.last_error}
         if self.observer is not None:

@@ -48,6 +48,10 @@ class ModeOptions(TypedDict, total=False):
     losses_not_kept: int
     # DataLoader iterators the loop thread made while the record was open (None: steps not tracked)
     dataloader_iterators: int | None
+    # The ca mode's top-level backward calls that began with compiled autograd off, so ran uncaptured
+    # (inside a torch.func transform, which torch runs under compiled_autograd._disable(); after
+    # torch._dynamo.reset()); None where not the ca mode or steps were not tracked; absent in older records.
+    backward_calls_outside_ca: int | None
     grad_digest_error: str
     step_tracking_errors: ErrorCount
     structured_log_errors: ErrorCount

@@ -171,6 +171,12 @@ CA_CAPTURED_NOTHING = ("compiled autograd captured none of its {calls}: each ran
                        "captured), so this mode's figures are not compiled autograd's")
 
 
+# ModeMetrics.ca_captured_part, said under the mode's CA graphs line.
+CA_CAPTURED_PART = ("compiled autograd was off for {off} of its {calls}: they ran without it, as in the aot mode (a backward "
+                    "inside a torch.func transform such as grad or vjp, which torch runs under compiled_autograd._disable(), "
+                    "or one after torch._dynamo.reset()), so this mode's steps are partly the job without compiled autograd")
+
+
 # Graph-break reasons a mode's summary lists, one line each (a job rarely breaks for more).
 GRAPH_BREAK_REASONS_SHOWN = 8
 
@@ -514,6 +520,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"  CA graphs: {len(graphs)} ({ca_graph_breakdown(m) if graphs else 'none'}){torch_says}; {ca_recompiles_text(m)}")
         if m.ca_captured_nothing:
             console.print(f"  {CA_CAPTURED_NOTHING.format(calls=plural(m.backward_calls, 'backward call'))}", markup=False, overflow="fold")
+        elif m.ca_captured_part:
+            console.print(f"  {CA_CAPTURED_PART.format(off=m.backward_calls_outside_ca, calls=plural(m.backward_calls, 'backward call'))}",
+                          markup=False, overflow="fold")
         failed = failed_capture_ids(record.of(FindingEvent)) if record.kind_counts.get(FindingEvent.kind) else frozenset()
         by_id = {g.ca_id: g for g in graphs}
         for miss in misses[:12]:

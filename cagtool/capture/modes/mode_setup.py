@@ -84,6 +84,10 @@ def mode_context(mode: str, observer: Any, dynamic: bool, scope: Any = None) -> 
 
     _force_config("optimize_ddp", CA_OPTIMIZE_DDP)
     compiler = observer.cagtool_compiler
+    # Each top-level backward's start reads compiled autograd's flag: one it began off ran uncaptured.
+    watched = getattr(getattr(observer, "steps", None), "_ca_module", None)
+    if watched is not None:
+        watched[:] = [ca]
     original_reset = ca.reset
 
     def reset_as_by_hand() -> None:
@@ -125,6 +129,8 @@ def mode_context(mode: str, observer: Any, dynamic: bool, scope: Any = None) -> 
         ca._enable = original_enable
         ca.reset = original_reset
         _force_config("optimize_ddp", _unset())
+        if watched is not None:
+            watched.clear()
 
 
 @contextlib.contextmanager

@@ -79,6 +79,7 @@ class StepCounter:
         self.times = BoundaryTimes(writer)
         self.closed_steps = 0
         self.backward_calls = 0  # every top-level backward of the run
+        self.outside_ca = 0  # ... of which began with compiled autograd off in the ca mode (BackwardCall.outside_ca)
         self.open = OpenStep()
         self.limit_reached = False  # --steps stopped the job (set by the hook that raised)
         self.required: dict[int, weakref.ref[Any]] = {}  # the optimizers a step waits for, as of the notes counted
@@ -134,6 +135,8 @@ class StepCounter:
         limit = False if call.version is None else self.parameters_changed(call.version, live=False)
         opened = self.open
         call.step, call.index = FIRST_STEP + self.closed_steps, opened.next_index
+        if call.outside_ca:
+            self.outside_ca += 1
         opened.next_index += 1
         return limit
 

@@ -131,6 +131,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # context made while the hooks were installed (a function compiled before the Python API's
     # block), read at each top-level backward's start: one truth test a backward otherwise.
     watching = tracker._watching
+    ca_module = tracker._ca_module
     watch_backwards = tracker._watch_backwards
     sync = tracker._sync
     heap = tracker.heap  # None but in a measurement re-run: one comparison a hook otherwise
@@ -184,6 +185,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             try:
                 outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
                 begun = BackwardCall(me, outputs)
+                if ca_module and not ca_module[0].compiled_autograd_enabled:
+                    begun.outside_ca = True
                 if watch_backwards:
                     begun.version = watch_backwards[0]()
                 append(begun)

@@ -71,6 +71,9 @@ class BackwardCall(msgspec.Struct):
     entry of the first compiled call inside it that stepped an optimizer, those at the return of the
     last): an optimizer stepped inside the backward where no hook runs (a compiled autograd graph
     calling a post-accumulate-grad hook that steps it: optimizer in backward), None otherwise.
+    `outside_ca`: in the ca mode, compiled autograd was off when it began (torch's Python flag,
+    `compiled_autograd_enabled`: a backward inside a torch.func transform, which torch runs under
+    `compiled_autograd._disable()`, or after `torch._dynamo.reset()`): the engine ran it uncaptured.
     A msgspec Struct, never encoded: its constructor is C (`BackwardCall(thread, outputs)`, the
     rest at their defaults), half the instructions of a Python `__init__` on every backward. Its
     calls are told apart by identity (`is`), never by `==` (a Struct's compares the fields)."""
@@ -82,3 +85,4 @@ class BackwardCall(msgspec.Struct):
     index: int = 0
     version: Any = None
     inside: Any = None
+    outside_ca: bool = False

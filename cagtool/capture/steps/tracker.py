@@ -140,6 +140,9 @@ class StepTracker:
         # epoch, one per evaluation; 0 where the script slices its data by hand (the manifest's
         # `dataloader_iterators`, which explain reads before it names a DataLoader's last batch).
         self.loader_iterators = 0
+        # [torch._dynamo.compiled_autograd] while the ca mode is on (mode_setup.py), else []: each
+        # top-level backward's start reads its flag (notes.py, BackwardCall.outside_ca).
+        self._ca_module: list[Any] = []
         # Once an optimizer's code is compiled: [a reader of the watched parameters' version
         # counters] (watch_parameters), read by the hooks at each top-level backward's start and
         # where a compiled call returns.

@@ -580,6 +580,11 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         phrases.append(f"compiled autograd captured none of the ca mode's {ca_metrics.backward_calls} backward calls")
         tones.append(BAD)
         speed = by_label.get("aot/eager")
+    elif ca_metrics is not None and ca_metrics.ca_captured_part:
+        # Its speed is the job's with some backward calls uncaptured: said beside the figure.
+        phrases.append(f"compiled autograd was off for {ca_metrics.backward_calls_outside_ca} of the ca mode's "
+                       f"{ca_metrics.backward_calls} backward calls (torch.func's transforms turn it off)")
+        tones.append(NEUTRAL)
     numerics = comparison.numerics
     if speed is not None:
         differ = {base_mode(d.record) for d in numerics.disagreements} if numerics.reference is not None else set()

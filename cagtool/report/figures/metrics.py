@@ -182,6 +182,9 @@ class ModeMetrics:
     final_grad_norm: float | None = None
     losses: list[float] = field(default_factory=list)
     backward_calls: int = 0  # top-level backward calls (schema 1 records: one per step)
+    # ... of the ca mode that began with compiled autograd off, so ran uncaptured (the manifest's
+    # `backward_calls_outside_ca`; None: not kept, an older record or not the ca mode)
+    backward_calls_outside_ca: int | None = None
     step_boundary: str = ""  # "optimizer", "backward" (no optimizer: one step per backward call), "compiled_optimizer" (it steps inside compiled code: one step per backward call), "" unknown
     backward_calls_per_step: tuple[int, ...] = ()  # the distinct counts, e.g. (4,) for 4x gradient accumulation
     backward_calls_after_last_step: int = 0  # calls in a step that never ended (no optimizer step followed)
@@ -221,6 +224,21 @@ class ModeMetrics:
         torch.func transform, or under compiled_autograd._disable()), so the mode's figures are not
         compiled autograd's."""
         return (self.mode == "ca" and self.backward_calls > 0 and self.ca_graphs == 0 and not self.autograd_captures)
+
+    @property
+    def ca_captured_part(self) -> bool:
+        """Some, not all, of the ca mode's backward calls began with compiled autograd off (a
+        per-sample gradient by torch.func beside the training backward, as a DP-SGD job computes
+        it): those ran on the autograd engine as in the aot mode, so the mode's steps are partly
+        the job without compiled autograd."""
+        off = self.backward_calls_outside_ca
+        return self.mode == "ca" and off is not None and 0 < off < self.backward_calls
+
+
+def _count_option(options: Any, name: str) -> int | None:
+    """A count the manifest's options keep, where it is one (a record's fields may be forged): None otherwise."""
+    value = options.get(name) if isinstance(options, dict) else None
+    return value if type(value) is int and value >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -1241,6 +1259,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         final_grad_norm=final[-1].grad_norm if final else None,
         losses=losses,
         backward_calls=max(backward_count, record.kind_counts.get(BackwardEvent.kind, 0)),
+        backward_calls_outside_ca=_count_option(manifest.options, "backward_calls_outside_ca"),
         step_boundary=_step_boundary(boundaries),
         backward_calls_per_step=tuple(sorted(calls_per_step)) if boundaries else ((1,) if step_count else ()),
         backward_calls_after_last_step=after_last,

@@ -70,6 +70,7 @@ from cagtool.report.recompiles.explain import (
     guard_label,
     hook_filled_once,
 )
+from cagtool.record.schema import SourceRef
 from cagtool.verify.fixes import on_a_size
 from cagtool.verify.patch import Patch, imports_torch, replace_expr, unified_diff
 from cagtool.verify.value_patches import value_patch
@@ -591,6 +592,20 @@ def _evaluation_calls(tree: ast.AST, callee: str, eval_mode: bool = False) -> li
                   key=lambda call: (call.lineno, call.col_offset))
 
 
+def _module_call(cause: Cause, call: SourceRef, source: bytes) -> tuple[str, ast.Module, tuple[set[str], set[str], set[str]], tuple[str, str] | None] | str:
+    """The script's text and tree, its compile sites (_compile_sites) and the compiled module's call on
+    `call`'s line (its name and arguments, None where the line holds none); the parse error's words
+    where the script does not parse."""
+    parsed = _parsed(source)
+    if isinstance(parsed, str):
+        return parsed
+    text, tree = parsed
+    sites = _compile_sites(tree)
+    wrapped, called_compile, decorated = sites
+    found = compiled_call(call.code or "", cause.facts.get("argnames") or (), wrapped | called_compile | decorated) or innermost_call(call.code or "")
+    return text, tree, sites, found
+
+
 def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
     """Evaluate with the module before torch.compile: a forward frame recompiled on the grad mode
     (training's calls and an evaluation's under no_grad share the compiled module) compiles nothing
@@ -616,12 +631,10 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     if os.path.realpath(call.file) != os.path.realpath(script):
         return Patch(name, (cause.number,), title, display, None, "", False,
                      f"the evaluation calls the compiled code in {os.path.basename(call.file)}, not in the script: edit that call there")
-    parsed = _parsed(source)
-    if isinstance(parsed, str):
-        return Patch(name, (cause.number,), title, display, None, "", False, parsed)
-    text, tree = parsed
-    wrapped, called_compile, decorated = _compile_sites(tree)
-    found = compiled_call(call.code or "", cause.facts.get("argnames") or (), wrapped | called_compile | decorated) or innermost_call(call.code or "")
+    read = _module_call(cause, call, source)
+    if isinstance(read, str):
+        return Patch(name, (cause.number,), title, display, None, "", False, read)
+    text, tree, (wrapped, called_compile, _), found = read
     if found is None:
         return Patch(name, (cause.number,), title, display, call.line, "", False,
                      f"line {call.line} holds no call of a module by its name (`model(x)`, `self.net(x)`)")
@@ -672,12 +685,10 @@ def _shared_call_patch(cause: Cause, script: str, display: str, source: bytes) -
         return Patch(name, (cause.number,), title, display, None, "", False,
                      f"training and the evaluation call the compiled code from one line, in {os.path.basename(call.file)}"
                      f"{f' ({call.via})' if call.via else ''}, not in the script: no call of the script's to edit")
-    parsed = _parsed(source)
-    if isinstance(parsed, str):
-        return Patch(name, (cause.number,), title, display, None, "", False, parsed)
-    text, tree = parsed
-    wrapped, called_compile, decorated = _compile_sites(tree)
-    found = compiled_call(call.code or "", cause.facts.get("argnames") or (), wrapped | called_compile | decorated) or innermost_call(call.code or "")
+    read = _module_call(cause, call, source)
+    if isinstance(read, str):
+        return Patch(name, (cause.number,), title, display, None, "", False, read)
+    text, tree, _, found = read
     callee = found[0] if found is not None else ""
     lines = text.splitlines(keepends=True)
     nodes = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.lineno == call.line

@@ -583,7 +583,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     elif ca_metrics is not None and ca_metrics.ca_captured_part:
         # Its speed is the job's with some backward calls uncaptured: said beside the figure.
         phrases.append(f"compiled autograd was off for {ca_metrics.backward_calls_outside_ca} of the ca mode's "
-                       f"{ca_metrics.backward_calls} backward calls (torch.func's transforms turn it off)")
+                       f"{ca_metrics.backward_calls} backward calls (inside torch.func's transforms, or after torch._dynamo.reset())")
         tones.append(NEUTRAL)
     numerics = comparison.numerics
     if speed is not None:

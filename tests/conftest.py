@@ -429,6 +429,8 @@ _SERVED_BY: dict[tuple, tuple[str, tuple[str, ...]]] = {
     ("graph_breaks.py", ("3",), "ca", "eager", ()): ("eager,aot,ca", ()),
     ("op_loop.py", (), "ca", "eager", ("--trace-nodes", "--depyf")): ("ca", _GATED_OP_LOOP),
     ("op_loop.py", (), "ca", "eager", ("--gate", "--max-ca-graphs", "1", "--no-config")): ("ca", _GATED_OP_LOOP),
+    # report/test_failure_where.py reads its ca mode's failure, and the headline whose failure it is
+    (str(ROOT / "tests" / "scripts" / "sparse_backward.py"), (), "ca", "aot_eager", ()): ("eager,aot,ca", ()),
 }
 
 

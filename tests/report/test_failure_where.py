@@ -38,3 +38,27 @@ def test_summary_says_a_ca_mode_failed_in_torchs_compile_of_its_graph(record_run
     assert lines[at + 1].strip().startswith("raised: while Dynamo compiled compiled-autograd graph !0 (the backward compiled autograd "
                                             "captured"), lines[at:at + 2]
     assert "not at a line of your script" in lines[at + 1]
+
+
+@pytest.mark.slow  # two torch processes
+def test_a_job_failing_under_torch_compile_is_torch_compiles_failure_not_compiled_autograds(record_run):
+    """tests/scripts/fails_under_compile.py raises at its compiled function's first call (fullgraph=True
+    and a graph break); with torch.compile off it trains. Eager ran and aot, compiled autograd forced
+    off, failed: the headline says the failure is torch.compile's, and what to do starts with it."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "fails_under_compile.py"), modes="eager,aot")
+    assert run.returncode != 0
+    headline, advice = cagtool_in_process("summary", run.path).stdout.splitlines()[:2]
+    assert ("eager ran and aot failed: the job fails under torch.compile with compiled autograd off, so the failure is "
+            "torch.compile's, not compiled autograd's") in headline, headline
+    assert advice.startswith("what to do: the failure first: it is torch.compile's on this code, with or without compiled "
+                             "autograd"), advice
+
+
+@pytest.mark.slow  # its eager and aot modes beside the ca mode the test above reads
+def test_a_job_failing_only_under_compiled_autograd_is_said_so(record_run):
+    """sparse_backward.py runs in eager and aot and fails in ca (torch's compile of the CA graph): the
+    headline says it fails only with compiled autograd on, never that the failure is torch.compile's."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "sparse_backward.py"), modes="ca", backend="aot_eager")
+    headline = cagtool_in_process("summary", run.path).stdout.splitlines()[0]
+    assert "eager and aot ran and ca failed: the job fails only with compiled autograd on" in headline, headline
+    assert "torch.compile's" not in headline

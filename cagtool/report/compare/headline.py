@@ -525,6 +525,29 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
     return f"{shown_rank}{phrase}; {elsewhere}" if elsewhere else phrase
 
 
+# Which modes failed, against which finished, says whose failure it is: eager runs the job with
+# torch.compile off, aot with it on and compiled autograd forced off, ca with both on.
+COMPILE_FAILS = ("eager ran and aot failed: the job fails under torch.compile with compiled autograd off, so the failure is "
+                 "torch.compile's, not compiled autograd's")
+COMPILE_FAILS_FIX = ("the failure first: it is torch.compile's on this code, with or without compiled autograd (the aot "
+                     "mode's exception; TORCHDYNAMO_VERBOSE=1 shows Dynamo's own stack)")
+CA_FAILS = "eager and aot ran and ca failed: the job fails only with compiled autograd on"
+
+
+def _failure_blame(comparison: Comparison) -> str:
+    """Whose failure a failed mode's is, where the other modes ran to their end: COMPILE_FAILS where
+    eager finished and aot failed, CA_FAILS where eager and aot finished and ca failed; "" otherwise
+    (a mode stopped, killed, not run, or eager failing too: the job's own failure)."""
+    hit = {base_mode(f.record) for f in comparison.failures}
+    failed = {base_mode(f.record) for f in comparison.failures if f.status == "failed" and not f.not_run}
+    ran = {name for name, column in comparison.modes.items() if name not in hit and column.metrics is not None}
+    if "eager" in ran and "aot" in failed:
+        return COMPILE_FAILS
+    if {"eager", "aot"} <= ran and "ca" in failed:
+        return CA_FAILS
+    return ""
+
+
 def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None, explanation: "Explanation | None" = None) -> Headline:
     """For one run: the ca speed against torch.compile alone (else against eager), its recompiles,
     whether the numerics agree, and any mode that failed. `explanation`: the ca mode's recompile
@@ -536,6 +559,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         # A mode the stopped run never started is no bad news about the job: said, not coloured.
         if not all(f.not_run for f in comparison.failures):
             tones.append(BAD)
+    blame = _failure_blame(comparison)
+    if blame:
+        phrases.append(blame)
     # A multi-rank run's figures are one rank's: where its ranks part (what hangs jobs), or one
     # failed, is said before them.
     ranks = _rank_phrases(comparison)
@@ -726,6 +752,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         caveat = next((r for r in fix.get("reasons") or () if r.startswith("numerics not compared:")), None)
         if caveat:
             advice += f"; {caveat}"
+    details = "recompiles"
+    if blame == COMPILE_FAILS:  # the job does not run under torch.compile: that first
+        advice, details = (f"{COMPILE_FAILS_FIX}; then {advice}", details) if advice else (COMPILE_FAILS_FIX, "summary")
     if skipped is not None:  # before anything else: the module was never compiled
         fix = f"compile it: {skipped[0].fix}"
         from cagtool.report.recompiles.explain import NOTHING_TO_FIX
@@ -733,7 +762,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         if not advice or advice.startswith(NOTHING_TO_FIX):  # "then Nothing to fix: ..." is no next step
             return Headline("; ".join(phrases) + ".", tone, fix, details="summary")
         advice = f"{fix}; then {advice}"
-    return Headline("; ".join(phrases) + ".", tone, advice)
+    return Headline("; ".join(phrases) + ".", tone, advice, details=details)
 
 
 def _skipped_compile(comparison: Comparison) -> "tuple[SkippedCompile, list[str]] | None":

@@ -473,11 +473,12 @@ def test_repetitions_that_differ_point_at_an_unseeded_script():
 
 
 GOLDEN_TABLE = """\
-mode ca: failed, exit code 1: RuntimeError: boom; no recompiles in ca before it failed; ca: 1 CA
-graph, 0 graph breaks; compile aot 1.5 s, ca 1.6 s; first step aot 1.0 s, ca 1.0 s; peak memory aot
-120.0 MiB, ca 100.0 MiB; compiled autograd: 1.60x the speed of torch.compile alone, inconclusive
-(90% CI 0.60x-4.25x, one process per mode: run-to-run noise assumed, not measured; run --repeat 5 to
-resolve it); numerics agree.
+mode ca: failed, exit code 1: RuntimeError: boom; eager and aot ran and ca failed: the job fails
+only with compiled autograd on; no recompiles in ca before it failed; ca: 1 CA graph, 0 graph
+breaks; compile aot 1.5 s, ca 1.6 s; first step aot 1.0 s, ca 1.0 s; peak memory aot 120.0 MiB, ca
+100.0 MiB; compiled autograd: 1.60x the speed of torch.compile alone, inconclusive (90% CI
+0.60x-4.25x, one process per mode: run-to-run noise assumed, not measured; run --repeat 5 to resolve
+it); numerics agree.
 Modes side by side: train.py
 ┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┓
 ┃                                  ┃             eager ┃              aot ┃               ca ┃

@@ -537,9 +537,12 @@ CA_FAILS = "eager and aot ran and ca failed: the job fails only with compiled au
 def _failure_blame(comparison: Comparison) -> str:
     """Whose failure a failed mode's is, where the other modes ran to their end: COMPILE_FAILS where
     eager finished and aot failed, CA_FAILS where eager and aot finished and ca failed; "" otherwise
-    (a mode stopped, killed, not run, or eager failing too: the job's own failure)."""
+    (a mode stopped, killed, not run, or eager failing too: the job's own failure). Under --repeat a
+    mode failed where every repetition of it did (one that ran too is no failure of the job's under it)."""
     hit = {base_mode(f.record) for f in comparison.failures}
-    failed = {base_mode(f.record) for f in comparison.failures if f.status == "failed" and not f.not_run}
+    failed = {name for name, column in comparison.modes.items()
+              if column.failures and all(f.status == "failed" and not f.not_run for f in column.failures)
+              and len(column.failures) >= len(column.records)}
     ran = {name for name, column in comparison.modes.items() if name not in hit and column.metrics is not None}
     if "eager" in ran and "aot" in failed:
         return COMPILE_FAILS

@@ -235,12 +235,6 @@ class ModeMetrics:
         return self.mode == "ca" and off is not None and 0 < off < self.backward_calls
 
 
-def _count_option(options: Any, name: str) -> int | None:
-    """A count the manifest's options keep, where it is one (a record's fields may be forged): None otherwise."""
-    value = options.get(name) if isinstance(options, dict) else None
-    return value if type(value) is int and value >= 0 else None
-
-
 @dataclass(frozen=True)
 class DynamoGraphCount:
     """Dynamo's graphs as torch counts them (counters["stats"]["unique_graphs"]), by where they come from."""
@@ -1259,7 +1253,8 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         final_grad_norm=final[-1].grad_norm if final else None,
         losses=losses,
         backward_calls=max(backward_count, record.kind_counts.get(BackwardEvent.kind, 0)),
-        backward_calls_outside_ca=_count_option(manifest.options, "backward_calls_outside_ca"),
+        # The loader checked its type; a forged value out of 0..backward_calls is never said (ca_captured_part).
+        backward_calls_outside_ca=manifest.options.get("backward_calls_outside_ca") if isinstance(manifest.options, dict) else None,
         step_boundary=_step_boundary(boundaries),
         backward_calls_per_step=tuple(sorted(calls_per_step)) if boundaries else ((1,) if step_count else ()),
         backward_calls_after_last_step=after_last,

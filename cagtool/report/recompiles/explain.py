@@ -655,25 +655,21 @@ def _call_sides(table: RecompileTable, cause: Cause, after: bool | None,
     return (own, failed) if after is False else (failed, own)
 
 
-def _evaluation_call(table: RecompileTable, cause: Cause, after: bool | None, train_eval: bool = False) -> SourceRef | None:
-    """Where a grad-mode cause's evaluation called the compiled code, the user's line (`_call_sides`).
-    None where it is not known, the compiles name several lines, or training calls the compiled
-    code from that line too (a forward both call: `_shared_call`)."""
+def _evaluation_call_lines(table: RecompileTable, cause: Cause, after: bool | None,
+                      train_eval: bool = False) -> tuple[SourceRef | None, SourceRef | None]:
+    """(the evaluation's own call, the shared call) of a grad-mode (or train/eval) cause, from
+    `_call_sides`: the one user's line where the evaluation called the compiled code, where training
+    called it from other lines; else, where training called it from that same one line (a forward
+    or a helper both go through: Lightning's `forward`, which training_step and validation_step call
+    alike, where editing the call would skip training's compile too), that line as the shared one.
+    (None, None) where it is not known, or the evaluation's compiles name several lines."""
     sides = _call_sides(table, cause, after, train_eval)
-    if sides is None or len(sides[0]) != 1 or set(sides[0]) <= set(sides[1]):
-        return None
-    return next(iter(sides[0].values()))
-
-
-def _shared_call(table: RecompileTable, cause: Cause, after: bool | None, train_eval: bool = False) -> SourceRef | None:
-    """The one user's line from which both the evaluation and training called a grad-mode (or
-    train/eval) cause's compiled code: a forward or a helper both go through (Lightning's
-    `forward`, which training_step and validation_step call alike), where editing the call would
-    skip training's compile too. None otherwise."""
-    sides = _call_sides(table, cause, after, train_eval)
-    if sides is None or len(sides[0]) != 1 or set(sides[0]) != set(sides[1]):
-        return None
-    return next(iter(sides[0].values()))
+    if sides is None or len(sides[0]) != 1:
+        return None, None
+    line = next(iter(sides[0].values()))
+    if set(sides[0]) == set(sides[1]):
+        return None, line
+    return (None, None) if set(sides[0]) <= set(sides[1]) else (line, None)
 
 
 def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
@@ -792,12 +788,11 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # The grad mode the recompiles were made for, where their guard trees say it and agree: True
         # for grad on (training after an evaluation), False for off (an evaluation after training).
         "grad_mode_after": (after := modes.pop() if len(modes := {table.grad_modes.get(row.compile_id) for row in cause.rows}) == 1 else None),
-        # ... and the user's line where the evaluation called the compiled code (grad off), where one is known.
-        "evaluation_call": (_evaluation_call(table, cause, train_eval[2], train_eval=True) if train_eval
-                            else _evaluation_call(table, cause, after)),
-        # ... or the one line training and the evaluation both called it from (a forward both go through).
-        "shared_call": (_shared_call(table, cause, train_eval[2], train_eval=True) if train_eval
-                        else _shared_call(table, cause, after)),
+        # ... and the user's line where the evaluation called the compiled code (grad off), where one is
+        # known, or the one line training and the evaluation both called it from (a forward both go through).
+        "evaluation_call": (calls := _evaluation_call_lines(table, cause, train_eval[2], train_eval=True) if train_eval
+                            else _evaluation_call_lines(table, cause, after))[0],
+        "shared_call": calls[1],
         # ... and whether the evaluation's compile ran under torch.inference_mode() (True) or
         # torch.no_grad() (False), where the guard trees say it and agree.
         "inference_mode": flags.pop() if len(flags := {table.inference_modes.get(row.compile_id) for row in cause.rows}) == 1 else None,

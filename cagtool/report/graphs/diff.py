@@ -47,6 +47,9 @@ class FieldChange:
     # A shape or stride judged by its sizes' values (_by_value): each side's values
     old_values: list[int] | None = None
     new_values: list[int] | None = None
+    # Its dims share symbols otherwise on the two sides (`[s39, s82]` -> `[s39, s39]`: duck sizing
+    # tied two sizes that came equal): other sizes and another specialisation, not sizes alone
+    ties_changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -378,12 +381,16 @@ def _by_value(entry: NodeDiff, old_symbols: dict[str, int], new_symbols: dict[st
         a, b = getattr(old, name), getattr(new, name)
         if a is None or b is None or len(a) != len(b) or all(type(x) is int for x in (*a, *b)):
             continue
-        if [type(x) for x in a] != [type(x) for x in b] or _ties(a) != _ties(b):
-            continue  # a number that became a symbol (or back), or dims that shared a symbol and no longer do: the text's change says so
+        if [type(x) for x in a] != [type(x) for x in b]:
+            continue  # a number that became a symbol (or back): the text's change says so
+        ties_changed = _ties(a) != _ties(b)
         va, vb = _values(a, old_symbols, memos[0]), _values(b, new_symbols, memos[1])
-        if va is None or vb is None:
-            continue
-        if va == vb:
+        if va is None or vb is None or (ties_changed and va == vb):
+            continue  # dims that shared a symbol and no longer do, at the same values: the text's change says so
+        if ties_changed:
+            changes[name] = FieldChange(name, _text(a), _text(b), va, vb, ties_changed=True)
+            touched = True
+        elif va == vb:
             touched |= changes.pop(name, None) is not None
         else:
             changes[name] = FieldChange(name, _text(a), _text(b), va, vb)
@@ -499,7 +506,7 @@ def _summarise(old: NormGraph, new: NormGraph, entries: tuple[NodeDiff, ...], ol
         hooks_added=[e.new.hook_type or e.new.short for e in entries if e.kind == INSERTED and e.new is not None and _is_hook(e.new)],
         hooks_removed=[e.old.hook_type or e.old.short for e in entries if e.kind == REMOVED and e.old is not None and _is_hook(e.old)],
         became_symbolic=symbolic,
-        resized=sum(1 for e in entries if e.kind == CHANGED and e.changes and all(c.old_values is not None for c in e.changes)),
+        resized=sum(1 for e in entries if e.kind == CHANGED and e.changes and all(c.old_values is not None and not c.ties_changed for c in e.changes)),
     )
 
 

@@ -21,7 +21,7 @@ from rich.text import Text
 from cagtool.report.text.console import is_unbounded
 from cagtool.report.text.safe_text import is_safe
 
-from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
+from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange, NodeDiff
 from cagtool.record.schema import MISS_NEW_NODE, CacheMissEvent
 from cagtool.report.graphs.runs import GraphComparison, GraphSide, SizesDiffer, changed_sizes_text, describe_recompile
 from cagtool.report.replaced import BY_CAPTURE_ORDER, backward_call
@@ -237,8 +237,16 @@ def _sizes_json(comparison: GraphComparison) -> dict[str, Any] | None:
 
 def changed_fields(entry: NodeDiff) -> str:
     """The fields that changed; a shape or stride judged by value with its values (its symbols may
-    read alike on both sides, `[s35, 1]` with s35 64 in one graph and 8 in the other)."""
-    return ", ".join(c.field if c.old_values is None else f"{c.field} {c.old_values} -> {c.new_values}" for c in entry.changes)
+    read alike on both sides, `[s35, 1]` with s35 64 in one graph and 8 in the other), and with its
+    symbols where the dims that share one changed (duck sizing tied two sizes that came equal)."""
+    return ", ".join(_field_change(c) for c in entry.changes)
+
+
+def _field_change(change: FieldChange) -> str:
+    if change.old_values is None:
+        return change.field
+    values = f"{change.field} {change.old_values} -> {change.new_values}"
+    return f"{values} (symbols {change.old} -> {change.new})" if change.ties_changed else values
 
 
 class _HunkRenderer:

@@ -642,10 +642,27 @@ def test_symbolic_sizes_are_compared_by_the_values_each_capture_recorded():
     assert changed.new.name == new[-2].name and [(c.field, c.old_values, c.new_values) for c in changed.changes] == [("shape", [64, 1, 32, 32], [8, 1, 32, 32])]
     assert diff.summary.resized == 1 and diff.identical  # the same code, captured for another batch
     assert render.changed_fields(changed) == "shape [64, 1, 32, 32] -> [8, 1, 32, 32]"
-    # Dims that shared a symbol and no longer do stay a change of the text, whatever the values.
+    # Dims that shared a symbol and no longer do, at the same values, stay a change of the text.
     new[-3] = _with(new[-3], shape=["s74", "s35", 3, 3])
     diff = diff_graphs(graph_columns(old, {"s35": 64, "s20": 32, "s36": 3}), graph_columns(new, {"s35": 64, "s20": 32, "s74": 64, "s36": 3}))
     assert [(e.new.name, [c.field for c in e.changes]) for e in diff.entries if e.kind != EQUAL] == [(new[-3].name, ["shape"])]
+    assert diff.summary.resized == 0 and not diff.identical
+
+
+def test_dims_that_came_to_share_a_symbol_are_shown_with_their_values_and_symbols():
+    """A batch that grew equal to the feature width: duck sizing ties the two dims into one symbol
+    (`[s39, s82]` -> `[s39, s39]`). The change was shown as the bare field `shape`; its values
+    (48 rows -> 32) are what the user reads, and the new tie is another specialisation, so the
+    graphs are not "the same code captured for other sizes"."""
+    from cagtool.record.graph_file import graph_columns
+
+    old, new = graph(None), graph(None)
+    old[-2] = _with(old[-2], shape=["s39", "s82"], stride=["s82", 1], dtype="float32")
+    new[-2] = _with(new[-2], shape=["s39", "s39"], stride=["s39", 1], dtype="float32")
+    diff = diff_graphs(graph_columns(old, {"s39": 48, "s82": 32}), graph_columns(new, {"s39": 32}))
+    (changed,) = [e for e in diff.entries if e.kind != EQUAL]
+    assert [(c.field, c.old_values, c.new_values, c.ties_changed) for c in changed.changes] == [("shape", [48, 32], [32, 32], True)]
+    assert render.changed_fields(changed) == "shape [48, 32] -> [32, 32] (symbols [s39, s82] -> [s39, s39])"
     assert diff.summary.resized == 0 and not diff.identical
 
 

@@ -62,3 +62,18 @@ def test_a_job_failing_only_under_compiled_autograd_is_said_so(record_run):
     headline = cagtool_in_process("summary", run.path).stdout.splitlines()[0]
     assert "eager and aot ran and ca failed: the job fails only with compiled autograd on" in headline, headline
     assert "torch.compile's" not in headline
+
+
+@pytest.mark.slow  # two torch processes
+def test_a_mode_that_ran_out_of_memory_is_not_called_torch_compiles_failure(record_run):
+    """tests/scripts/out_of_memory_under_compile.py: its compiled graph asks torch's allocator for 4 TiB,
+    so aot fails with "can't allocate memory" where eager trains. That is as much the machine's as the
+    mode's (the compiled job may need more, or the machine had less): the headline says the mode ran
+    out of memory and leaves whose failure open, and what to do does not start with torch.compile's."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "out_of_memory_under_compile.py"), modes="eager,aot")
+    assert run.returncode != 0
+    lines = cagtool_in_process("summary", run.path).stdout.splitlines()
+    assert "can't allocate memory" in lines[0], lines[0]
+    assert ("eager ran and aot ran out of memory: whose failure that is, one run does not say (the compiled job may need more "
+            "memory than eager, or the machine had less when it ran)") in lines[0], lines[0]
+    assert "torch.compile's" not in lines[0] and not lines[1].startswith("what to do: the failure first"), lines[:2]

@@ -532,23 +532,43 @@ COMPILE_FAILS = ("eager ran and aot failed: the job fails under torch.compile wi
 COMPILE_FAILS_FIX = ("the failure first: it is torch.compile's on this code, with or without compiled autograd (the aot "
                      "mode's exception; TORCHDYNAMO_VERBOSE=1 shows Dynamo's own stack)")
 CA_FAILS = "eager and aot ran and ca failed: the job fails only with compiled autograd on"
+# A failure for want of memory or disk is the machine's as much as the mode's: the compiled job may
+# need more, or the machine had less when it ran; one run does not say which.
+_SHORT_OF = (("memory", re.compile(r"MemoryError|OutOfMemoryError|out of memory|can't allocate memory|cannot allocate memory", re.I)),
+             ("disk space", re.compile(r"no space left on device|disk quota exceeded", re.I)))
+
+
+def _short_of(failures: tuple[Any, ...]) -> str | None:
+    """What every one of a mode's failures ran out of ("memory", "disk space"), as their reasons say; None otherwise."""
+    for what, pattern in _SHORT_OF:
+        if all(pattern.search(f.reason) for f in failures):
+            return what
+    return None
 
 
 def _failure_blame(comparison: Comparison) -> str:
     """Whose failure a failed mode's is, where the other modes ran to their end: COMPILE_FAILS where
     eager finished and aot failed, CA_FAILS where eager and aot finished and ca failed; "" otherwise
     (a mode stopped, killed, not run, or eager failing too: the job's own failure). Under --repeat a
-    mode failed where every repetition of it did (one that ran too is no failure of the job's under it)."""
+    mode failed where every repetition of it did (one that ran too is no failure of the job's under it).
+    A mode that ran out of memory or disk is said so, whose failure left open."""
     hit = {base_mode(f.record) for f in comparison.failures}
     failed = {name for name, column in comparison.modes.items()
               if column.failures and all(f.status == "failed" and not f.not_run for f in column.failures)
               and len(column.failures) >= len(column.records)}
     ran = {name for name, column in comparison.modes.items() if name not in hit and column.metrics is not None}
     if "eager" in ran and "aot" in failed:
-        return COMPILE_FAILS
-    if {"eager", "aot"} <= ran and "ca" in failed:
-        return CA_FAILS
-    return ""
+        blamed, words = "aot", COMPILE_FAILS
+    elif {"eager", "aot"} <= ran and "ca" in failed:
+        blamed, words = "ca", CA_FAILS
+    else:
+        return ""
+    short = _short_of(comparison.modes[blamed].failures)
+    if short is None:
+        return words
+    others = "eager ran" if blamed == "aot" else "eager and aot ran"
+    return (f"{others} and {blamed} ran out of {short}: whose failure that is, one run does not say (the compiled job may need "
+            f"more {short} than eager, or the machine had less when it ran)")
 
 
 def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None, explanation: "Explanation | None" = None) -> Headline:

@@ -725,6 +725,17 @@ def _norm_diff(quantity: str, sample: NumericsSample, reference: NumericsSample,
     value, ref = getattr(sample, quantity), getattr(reference, quantity)
     if not (sample.finished and reference.finished):
         return None
+    ends = [max(s.losses, default=None) for s in (sample, reference)]
+    if (sample.bounded or reference.bounded) and ends[0] != ends[1]:
+        # A --max-time bound stops each mode at another step: its final norms are another point of
+        # training than the other's (a mode stopped after 32 steps against one that ran 377).
+        if quantity != PARAM_NORM or (value is None and ref is None):
+            return None
+        ran = [f"{s.record} {'was stopped after' if s.bounded else 'ran'} {'its' if end is None else end + 1} steps"
+               for s, end in zip((sample, reference), ends)]
+        return NumericsDiff(quantity, sample.record, reference.record, 0, None, agrees=True,
+                            note=f"final norms not compared: {ran[0]}, {ran[1]} (a --steps or --max-time bound): "
+                                 "their parameters are at other points of training")
     if value is None or ref is None:
         if quantity == GRAD_NORM and (value is None) != (ref is None):
             # One holds gradients at its end, the other none: a like-with-unlike pair, said rather

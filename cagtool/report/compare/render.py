@@ -320,7 +320,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
         if {d.record for d in numerics.diffs} - set(numerics.stepless):
             where = _where(worst) if worst and worst.max_rel_diff else ""
             lines.append(
-                (f"Numerics: losses and final norms agree with {numerics.reference} within {tolerance}; "
+                (f"Numerics: {_compared_words(numerics.diffs)} agree with {numerics.reference} within {tolerance}; "
                  f"largest relative difference {format_rel(numerics.max_rel_diff)}{where}", False)
             )
         lines.extend(_resumed_lines(numerics))
@@ -391,7 +391,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
             if not apart:
                 top = max(against, key=lambda d: d.max_rel_diff or 0.0)
                 lines.append((f"Numerics: {_and_words([d.record for d in against])} against {aot} (compiled alike): "
-                              f"losses and final norms agree within {tolerance}; largest relative difference "
+                              f"{_compared_words(against)} agree within {tolerance}; largest relative difference "
                               f"{format_rel(top.max_rel_diff)}{_where(top) if top.max_rel_diff else ''}: compiled autograd changed "
                               f"nothing beyond the compiled program's difference from {numerics.reference}", False))
             else:
@@ -410,6 +410,16 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     for note in numerics.notes:
         lines.append((f"  note: {note}", False))
     return lines
+
+
+def _compared_words(diffs: Sequence[NumericsDiff]) -> str:
+    """What the comparisons held: "losses and final norms", or either alone (a mode stopped by
+    --max-time has no end of training to compare)."""
+    compared = {d.quantity for d in diffs if d.compared}
+    norms = bool(compared - {LOSS})
+    if LOSS in compared or not norms:
+        return "losses and final norms" if norms else "losses"
+    return "final norms"
 
 
 def _resumed_lines(numerics: Numerics) -> list[tuple[str, bool]]:

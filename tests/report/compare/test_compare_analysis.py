@@ -63,11 +63,12 @@ def mode_record(
     exit_code: int | None = 0,
     exception: ExceptionInfo | None = None,
     peak: int = 100 * 2**20,
+    options: dict | None = None,
 ) -> ModeRecord:
     manifest = ModeManifest(
         mode=base_mode(name), argv=["train.py"], target={"kind": "script", "name": "train.py"}, cwd="/",
         versions={}, backend="eager", dynamic=False, started_at="2026-01-01T00:00:00+00:00",
-        status=status, exit_code=exit_code, exception=exception, peak_rss_bytes=peak,
+        status=status, exit_code=exit_code, exception=exception, peak_rss_bytes=peak, **({"options": options} if options else {}),
         # What torch counted, as a finished process saves it: one capture per CA graph recorded, one
         # graph break per break recorded.
         torch_counters={
@@ -267,6 +268,29 @@ def test_numerics_of_a_failed_mode_compare_common_steps_only():
     # Losses of the 4 steps it ran agree; its final norms (at the crash) are not compared.
     assert [(d.quantity, d.compared, d.agrees) for d in ca_diffs] == [("loss", 4, True)]
     assert "compared the 4 steps both ran" in ca_diffs[0].note
+
+
+def test_a_mode_stopped_by_max_time_at_another_step_has_its_final_norms_said_not_compared():
+    """pytorch/examples' REINFORCE under `--max-time 240`: the ca mode, recompiling every episode, was
+    stopped after 32 steps where aot and eager ran 377 and 485. Its final parameters were compared
+    with theirs and read "Numerics DISAGREE ... compiled autograd computes otherwise: param_norm
+    0.38 relative"; the losses of the steps both ran agreed. Final norms at other points of training
+    are said not compared, and what agreed is said as the losses alone."""
+    run = three_modes(events=[*make_steps([0.05, 0.006, 0.006], LOSSES[:4]), final(param=55.0)], options={"stopped_by": "max_time"})
+    numerics = compare_modes(run).numerics
+    assert numerics.agree, numerics.disagreements
+    [said] = [d for d in numerics.diffs if d.record == "ca" and d.quantity == "param_norm"]
+    assert said.compared == 0 and said.note == ("final norms not compared: ca was stopped after 4 steps, eager ran 12 steps "
+                                                "(a --steps or --max-time bound): their parameters are at other points of training")
+    assert not [d for d in numerics.diffs if d.record == "ca" and d.quantity == "grad_norm"]
+    lines = [line for line, _ in numerics_lines(numerics)]
+    assert f"  note: {said.note}" in lines
+    # A bound that stops every mode at the same step (--steps) leaves the final norms compared.
+    for name in ("eager", "aot"):
+        run.modes[name] = mode_record(name, [*make_steps([0.05, 0.006, 0.006], LOSSES[:4]), final()], options={"stopped_by": "steps"})
+    numerics = compare_modes(run).numerics
+    [bad] = numerics.disagreements
+    assert (bad.record, bad.quantity) == ("ca", "param_norm")
 
 
 def test_failed_mode_is_carried_with_its_reason():

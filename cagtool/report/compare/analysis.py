@@ -995,6 +995,11 @@ def modes_numerics(samples: list[NumericsSample], tol: Tolerance, gradients: dic
         against = compare_samples(cas, aot, tol)
         if against.diffs and not against.inputs_differ:
             numerics = replace(numerics, against_aot=against.diffs)
+            # A ca mode that agrees with aot computed what aot did: how to tell Inductor's rounding
+            # of its CA graphs from compiled autograd (_inductor_rounding_hint) is answered.
+            alike = {d.record for d in against.diffs} - {d.record for d in against.diffs if not d.agrees}
+            numerics = replace(numerics, diffs=tuple(replace(d, note="") if d.record in alike and d.parts_growing_from is not None else d
+                                                     for d in numerics.diffs))
     fewer = _fewer_steps(samples, reference)
     stepless = tuple(s.record for s in samples if s.record in fewer and not s.losses)
     if not written:

@@ -4172,8 +4172,10 @@ def _consequence(cause: Cause, cwd: str) -> Words:
         words = _CAUSE_WORDS[CAUSE_DYNAMO_FRAME](cause, cwd)
         evaluation = cause.facts.get("kind") == GUARD_GRAD_MODE
         lead = (f"Follows from {root}: the same change of the {'grad mode' if evaluation else 'global state'} reached this "
-                f"frame in the same {'evaluation' if evaluation and cause.between_steps else 'step'}. A graph break splits the "
-                "forward into frames, each guarded on it, so one change recompiles each of them: one change, a recompile per frame.")
+                f"frame in the same {'evaluation' if evaluation and cause.between_steps else 'step'}. "
+                + (f"{_own_compile(cause, cwd)}, guarded on it" if cause.facts.get("own_compile") else
+                   "A graph break splits the forward into frames, each guarded on it")
+                + ", so one change recompiles each of them: one change, a recompile per frame.")
         guards = [line for line in words.why if line.startswith("Failing guard")]
         return Words(f"Caused by {root}, the same change: {words.title}", [lead, *guards],
                      [f"What removes {root} removes this one too (the frames are compiled for the same calls); nothing to fix on its own."],
@@ -4181,9 +4183,10 @@ def _consequence(cause: Cause, cwd: str) -> Words:
     if cause.code == CAUSE_DYNAMO_FRAME:
         # Another frame of the same forward, recompiled by the same change of a size (_roots_in_other_frames).
         words = _CAUSE_WORDS[CAUSE_DYNAMO_FRAME](cause, cwd)
-        lead = (f"Follows from {root}: the same change of size reached this frame in the same step. A graph break splits "
-                "the forward into frames, each compiled for its own sizes, so one changed batch recompiles each of them: "
-                "one change, a recompile per frame.")
+        lead = (f"Follows from {root}: the same change of size reached this frame in the same step. "
+                + (f"{_own_compile(cause, cwd)}, compiled for its own sizes" if cause.facts.get("own_compile") else
+                   "A graph break splits the forward into frames, each compiled for its own sizes")
+                + ", so one changed batch recompiles each of them: one change, a recompile per frame.")
         guards = [line for line in words.why if line.startswith("Failing guard")]
         sized = [g for row in cause.rows if (g := size_guard(own_guard(row))) is not None]
         by_batch = f"What removes {root} {_by_the_data(sized[0][1] if sized else None)} removes this one too."
@@ -4199,6 +4202,12 @@ def _consequence(cause: Cause, cwd: str) -> Words:
         return Words(f"Caused by {root}, the same change: {words.title}", [lead, *guards], fix, words.evidence)
     words = _unknown(cause, cwd)
     return Words(f"Caused by {root}: {words.title[0].lower()}{words.title[1:]}", [lead, *words.why], words.fix, words.evidence)
+
+
+def _own_compile(cause: Cause, cwd: str) -> str:
+    """The lead of a frame another torch.compile call compiled than its root's (_roots_in_other_frames)."""
+    file, _, line = str(cause.facts["own_compile"]).rpartition(":")
+    return f"This frame is another function the step calls, with a torch.compile of its own ({display_path(file, cwd)}:{line})"
 
 
 def _causes_ref(numbers: list[int]) -> str:
@@ -4474,6 +4483,12 @@ def group_causes(table: RecompileTable) -> list[Cause]:
                 # A backward ran through the recompiled forward's graph: the call in the new state trained.
                 by_number[cause.caused_by].facts["backward_through"] = True
             cause.facts["root_inputs"] = by_number[cause.caused_by].facts.get("requires_grad_inputs", [])
+            mine, theirs = cause.facts.get("compiled_by"), by_number[cause.caused_by].facts.get("compiled_by")
+            if cause.code == CAUSE_DYNAMO_FRAME and isinstance(mine, dict) and isinstance(theirs, dict) and mine.get("file") \
+                    and (mine.get("file"), mine.get("line")) != (theirs.get("file"), theirs.get("line")):
+                # Not a graph break's frame: another compiled function the step calls (a GAN's
+                # generator beside its discriminator), compiled by a torch.compile call of its own.
+                cause.facts["own_compile"] = f"{mine['file']}:{mine.get('line')}"
             if cause.code == CAUSE_SHAPES:
                 cause.facts.update(_size_changed_again(cause, by_number[cause.caused_by]))
             if cause.facts["root_kind"] == GUARD_REQUIRES_GRAD:

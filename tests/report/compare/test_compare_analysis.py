@@ -64,10 +64,11 @@ def mode_record(
     exception: ExceptionInfo | None = None,
     peak: int = 100 * 2**20,
     options: dict | None = None,
+    backend: str = "eager",
 ) -> ModeRecord:
     manifest = ModeManifest(
         mode=base_mode(name), argv=["train.py"], target={"kind": "script", "name": "train.py"}, cwd="/",
-        versions={}, backend="eager", dynamic=False, started_at="2026-01-01T00:00:00+00:00",
+        versions={}, backend=backend, dynamic=False, started_at="2026-01-01T00:00:00+00:00",
         status=status, exit_code=exit_code, exception=exception, peak_rss_bytes=peak, **({"options": options} if options else {}),
         # What torch counted, as a finished process saves it: one capture per CA graph recorded, one
         # graph break per break recorded.
@@ -291,6 +292,29 @@ def test_a_mode_stopped_by_max_time_at_another_step_has_its_final_norms_said_not
     numerics = compare_modes(run).numerics
     [bad] = numerics.disagreements
     assert (bad.record, bad.quantity) == ("ca", "param_norm")
+
+
+def test_a_ca_mode_that_agrees_with_aot_is_not_told_how_to_rule_out_inductors_rounding():
+    """pytorch/examples' dcgan with its nets compiled: aot and ca (CA graphs on Inductor) part from
+    eager growing from round-off, and ca equals aot bit for bit. compare said ca agrees with aot
+    ("compiled autograd changed nothing") and, as a note, that ca's parting from eager may be
+    Inductor's rounding of its CA graphs, to be told by a run on `--backend eager`: what ca's
+    agreement with aot has told already. Without aot the note stays."""
+    growth = [0, 1e-7, 2e-7, 4e-7, 1e-6, 3e-6, 9e-6, 2e-5, 6e-5, 2e-4, 1e-3, 1e-2]
+    parted = [v * (1 + g) for v, g in zip(LOSSES, growth)]
+    eager = mode_record("eager", [*make_steps([0.05, *steady(10)], LOSSES, compiling=()), final()])
+    aot = mode_record("aot", [*make_steps([0.05, *steady(8)], parted), final()])
+    graph = CAGraphEvent(seq=10, t=0.7, ca_id=0, compile_id="!0", step=0, node_count=5, op_histogram={}, autograd_nodes=[],
+                         aot_ids=[], hooks=[], num_sizes=0, capture_s=0.05, code_file="", nodes_file="", compiler="cagtool:inductor")
+    ca = mode_record("ca", [graph, *make_steps([0.05, *steady(6)], parted), final()], backend="inductor")
+    alone = compare_modes(run_record({"eager": eager, "ca": ca})).numerics
+    [hinted] = [d for d in alone.diffs if d.record == "ca" and d.quantity == "loss"]
+    assert "To tell, record it without Inductor" in hinted.note and hinted.parts_growing_from == 7
+    numerics = compare_modes(run_record({"eager": eager, "aot": aot, "ca": ca})).numerics
+    assert numerics.against_aot and all(d.agrees for d in numerics.against_aot)
+    [loss] = [d for d in numerics.diffs if d.record == "ca" and d.quantity == "loss"]
+    assert loss.note == "" and not loss.agrees
+    assert not [line for line, _ in numerics_lines(numerics) if "without Inductor" in line]
 
 
 def test_failed_mode_is_carried_with_its_reason():

@@ -497,6 +497,13 @@ def test_a_gans_discriminator_on_a_smaller_last_batch_recompiles_for_the_size_no
     assert "removes this one too" in words.fix[0] and "--dynamic" in words.fix[1]
     # Step 3 compiled again (those captures): #1's steps after it did not all reuse cached graphs.
     assert "It has stabilised: no recompile after step 2, in the last 3 steps (other recompiles came at step 3)." in cause_words(size, cwd).why
+    # The generator's frame, recompiled by the same batch: another compiled function (its own
+    # torch.compile), not a frame a graph break split off (the job has none).
+    (generator,) = [c for c in explanation.causes if c.caused_by == size.number and c.code == CAUSE_DYNAMO_FRAME]
+    assert [r.compile_id for r in generator.rows] == ["2/1"]  # the generator's frame
+    lead = cause_words(generator, cwd).why[0]
+    assert "This frame is another function the step calls, with a torch.compile of its own (" in lead, lead
+    assert "gan_compiled_last_batch.py:33), compiled for its own sizes" in lead and "graph break" not in lead, lead
 
 
 def test_a_last_batch_of_one_row_is_fixed_by_the_batch_and_never_by_a_dynamic_dimension(record_run):
@@ -515,6 +522,7 @@ def test_a_last_batch_of_one_row_is_fixed_by_the_batch_and_never_by_a_dynamic_di
         assert root.facts["kind"] == GUARD_SIZE and root.count == 1 and root.steps == [2]
         frames = [c for c in explanation.causes if c.caused_by == root.number and c.code == CAUSE_DYNAMO_FRAME]
         assert [r.compile_id for c in frames for r in c.rows] == ["1/1"]
+        assert "A graph break splits the forward into frames" in cause_words(frames[0], cwd).why[0]
         words = cause_words(root, cwd)
         why, fixes = " ".join(words.why), " ".join(words.fix)
         assert "Dynamo specialises a size of 0 or 1 even in a dynamic dimension" in why

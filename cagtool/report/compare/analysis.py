@@ -157,6 +157,11 @@ class Speedup:
     # graphs by cagtool's --backend, aot's by the script's torch.compile): what else the ratio
     # compares (compilers_differ): (ca's compiler, aot's), () where they are alike.
     compilers: tuple[str, str] = ()
+    # Where each side ran the script to its own end (no --steps or --max-time bound) in another
+    # number of steps: (the baseline's steps, the mode's). The job's course follows its numbers (an
+    # episode's length in reinforcement learning, a loop run until the loss is low enough), so a
+    # step may hold other work on each side (own_courses).
+    courses: tuple[int, int] = ()
 
     @property
     def label(self) -> str:
@@ -260,6 +265,11 @@ class Speedup:
             words += (f"; the ca mode's backward was compiled by {ca}, the aot mode's by {aot} (the script's torch.compile): "
                       f"the ratio compares compilers as well as compiled autograd (to compare like with like, record with "
                       f"--backend {like}, which compiles the CA graphs unless the script sets up its own)")
+        if self.courses:
+            words += (f"; {self.baseline} ran {self.courses[0]} steps to the job's own end and {self.mode} {self.courses[1]}: the "
+                      "job's course follows its numbers, which differ between the modes, so a step may hold other work in each "
+                      "(an episode's length, a loop run until the loss is low enough): the ratio is like with like only where "
+                      "every step does the same work")
         if self.interval.outliers:
             # The interval's top is the baseline's side (its time over the mode's).
             odd = "; ".join(outlier_words(self.interval, self.baseline, self.mode, "median step time"))
@@ -1115,6 +1125,21 @@ class Comparison:
         return found
 
 
+def own_courses(run: RunRecord, columns: dict[str, ModeColumn]) -> dict[str, int]:
+    """mode -> the steps of its first repetition, where it ran the script to its own end: finished
+    with exit 0, stopped by no --steps or --max-time bound."""
+    found = {}
+    for name, column in columns.items():
+        record = run.modes.get(column.records[0]) if column.records else None
+        metrics = column.metrics
+        if record is None or metrics is None or metrics.status != STATUS_FINISHED or metrics.exit_code not in (0, None):
+            continue
+        options = record.manifest.options if isinstance(record.manifest.options, dict) else {}
+        if not options.get("stopped_by"):
+            found[name] = metrics.steps
+    return found
+
+
 def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Comparison:
     """The side-by-side comparison of one run's modes."""
     tol = tolerance or Tolerance()
@@ -1123,6 +1148,10 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
     differ = compilers_differ(run)
     if differ:
         speedups = tuple(replace(s, compilers=differ) if {s.mode, s.baseline} == {"ca", "aot"} else s for s in speedups)
+    courses = own_courses(run, columns)
+    speedups = tuple(replace(s, courses=(courses[s.baseline], courses[s.mode]))
+                     if s.ratio is not None and s.mode in courses and s.baseline in courses and courses[s.mode] != courses[s.baseline]
+                     else s for s in speedups)
     from cagtool.report.compare.grad_parity import grad_parity
     parity = grad_parity(run)
     numerics = run_numerics(run, tol, parity)

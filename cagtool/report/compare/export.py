@@ -64,6 +64,8 @@ def _speedup_json(s: Speedup) -> dict[str, Any]:
         "heavy_load_bound": {"mode": s.heavy_load[0], "baseline": s.heavy_load[1]},
         # The two backwards' compilers where they differ (ca's by --backend, aot's by the script's torch.compile).
         "compilers": {"ca": s.compilers[0], "aot": s.compilers[1]} if s.compilers else None,
+        # The steps each side ran to the job's own end, where they differ (Speedup.courses).
+        "courses": {"baseline": s.courses[0], "mode": s.courses[1]} if s.courses else None,
         "note": s.note,
     }
 

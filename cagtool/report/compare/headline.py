@@ -70,6 +70,10 @@ def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_noth
     verdict = s.verdict
     if trained_otherwise:
         return f"{mode}: {figure}{on}{f' ({ci})' if ci else ''}, not a verdict: its numerics differ", NEUTRAL
+    if s.courses:
+        # Each side ran to the job's own end in another number of steps: a step's work may differ.
+        return (f"{mode}: {figure}{on}{f' ({ci})' if ci else ''}, not a verdict: it ran {s.courses[1]} steps to the job's "
+                f"own end where {base} ran {s.courses[0]}, so a step's work may differ"), NEUTRAL
     if verdict == TOO_FEW_STEPS:
         a, b = s.steady_steps
         return f"{mode}: {figure}{on}, from {a} and {b} steady steps, too few to judge (run more steps)", NEUTRAL

@@ -317,6 +317,34 @@ def test_a_ca_mode_that_agrees_with_aot_is_not_told_how_to_rule_out_inductors_ro
     assert not [line for line, _ in numerics_lines(numerics) if "without Inductor" in line]
 
 
+def test_modes_that_ran_to_the_jobs_end_in_other_numbers_of_steps_get_no_speed_verdict():
+    """pytorch/examples' REINFORCE: a step is an episode, whose length follows the policy's numbers;
+    eager solved CartPole in 485 episodes and aot, whose compiled dropout draws other numbers, in
+    377. The per-step ratio compared episodes of other lengths. Each side ran to the job's own end in
+    another number of steps: said with the ratio, and the headline gives no verdict. A --steps or
+    --max-time bound, which stops a mode where it is, is no such evidence."""
+    from cagtool.report.compare.headline import run_headline
+
+    run = three_modes(events=[compile_event_for_test(), ca_graph(0), *make_steps([0.05, *steady(3, n=30)], LOSSES), final()])
+    comparison = compare_modes(run)
+    ca_aot = next(s for s in comparison.speedups if s.label == "ca/aot")
+    assert ca_aot.courses == (12, 32) and ca_aot.verdict == "faster"
+    assert "aot ran 12 steps to the job's own end and ca 32: the job's course follows its numbers" in ca_aot.evidence()
+    headline = run_headline(comparison).text
+    assert "compiled autograd: 2.67x the speed of torch.compile alone (90% CI " in headline, headline
+    assert ("), not a verdict: it ran 32 steps to the job's own end where torch.compile alone ran 12, so a step's work may "
+            "differ") in headline and "faster" not in headline, headline
+    assert json.loads(rendered(comparison, "json"))["speedups"]["ca/aot"]["courses"] == {"baseline": 12, "mode": 32}
+    assert not next(s for s in comparison.speedups if s.label == "aot/eager").courses
+    bounded = three_modes(events=[ca_graph(0), *make_steps([0.05, *steady(3, n=30)], LOSSES), final()], options={"stopped_by": "max_time"})
+    assert not next(s for s in compare_modes(bounded).speedups if s.label == "ca/aot").courses
+
+
+def compile_event_for_test() -> DynamoCompileEvent:
+    return DynamoCompileEvent(seq=0, t=0.5, compile_id="0/0", is_ca_graph=False, step=0, entire_frame_compile_time_s=1.5,
+                              dynamo_cumulative_compile_time_s=1.5, aot_autograd_cumulative_compile_time_s=1.0, graph_op_count=5)
+
+
 def test_failed_mode_is_carried_with_its_reason():
     comparison = compare_modes(three_modes(status="failed", exit_code=1, exception=ExceptionInfo("RuntimeError", "boom\ntraceback...")))
     ca = comparison.modes["ca"]

@@ -2850,10 +2850,10 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
         return ["The code branches on these sizes (an `if` comparing them): Dynamo compiled the side of the branch they took, "
                 "with the sizes dynamic, and guards on the comparison, so a call whose sizes take the other side compiles that "
                 "side once more."]
-    if kind == GUARD_OTHER and (changes := facts.get("value_changes")):
+    if kind == GUARD_OTHER and (changes := facts.get("value_changes")) and not _made_input(facts):
         return [f"Dynamo compiles the frame for the value of `{changes[0].source}` it sees (a guard `== value`), so each new "
                 "value compiles it once more. Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."]
-    if kind == GUARD_VALUE and (changes := facts.get("value_changes")):
+    if kind in (GUARD_VALUE, GUARD_OTHER) and (changes := facts.get("value_changes")):
         per = "Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."
         if _bool_flag(facts):
             return [f"`{changes[0].source}` is a bool, which Dynamo never takes as an input of the graph: it compiled the frame "
@@ -3590,9 +3590,12 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         fixes[0] += (f" `{name}` takes another value at each call of the hook (one per tensor it is registered on): "
                      "keeping it constant is not the point, the hook's calls are many.")
         return fixes
-    if kind == GUARD_VALUE and _made_input(facts) and facts.get("stabilised"):
+    if kind in (GUARD_VALUE, GUARD_OTHER) and _made_input(facts) and facts.get("stabilised"):
         name = facts["value_changes"][0].source
-        return [f"Nothing to fix: one recompile, then `{name}` is an input of the compiled graph and its later values reuse it.",
+        first = f"Nothing to fix: one recompile, then `{name}` is an input of the compiled graph and its later values reuse it."
+        if kind == GUARD_OTHER:  # an attribute Dynamo reads (a custom Function's ctx.lambd in its backward): no argument to pass otherwise
+            return [first]
+        return [first,
                 f"To skip that recompile too, pass it as a tensor (`torch.tensor({name})`) where it is only used in tensor "
                 "arithmetic: a tensor's value is not guarded. (TORCH_COMPILE_DYNAMIC_SOURCES, which torch's PGO suggests for "
                 "it, does not: Dynamo still compiles a float's first value as a constant.)"]

@@ -1125,6 +1125,19 @@ class Comparison:
         return found
 
 
+def _losses_alike(numerics: Numerics, mode: str, baseline: str) -> bool:
+    """Whether the two modes' losses agree on the steps both ran: the same course, whatever stopped
+    one sooner (a job that trains for a time, not a number of steps)."""
+    def with_reference(name: str) -> bool:
+        losses = [d for d in numerics.diffs if base_mode(d.record) == name and d.quantity == LOSS]
+        return name == numerics.reference or (bool(losses) and all(d.agrees and not d.inputs_differ for d in losses))
+
+    if with_reference(mode) and with_reference(baseline):
+        return True
+    against = [d for d in numerics.against_aot if d.quantity == LOSS]
+    return {mode, baseline} == {"ca", "aot"} and bool(against) and all(d.agrees for d in against)
+
+
 def own_courses(run: RunRecord, columns: dict[str, ModeColumn]) -> dict[str, int]:
     """mode -> the steps of its first repetition, where it ran the script to its own end: finished
     with exit 0, stopped by no --steps or --max-time bound."""
@@ -1148,14 +1161,14 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
     differ = compilers_differ(run)
     if differ:
         speedups = tuple(replace(s, compilers=differ) if {s.mode, s.baseline} == {"ca", "aot"} else s for s in speedups)
-    courses = own_courses(run, columns)
-    speedups = tuple(replace(s, courses=(courses[s.baseline], courses[s.mode]))
-                     if s.ratio is not None and s.mode in courses and s.baseline in courses and courses[s.mode] != courses[s.baseline]
-                     else s for s in speedups)
     from cagtool.report.compare.grad_parity import grad_parity
     parity = grad_parity(run)
     numerics = run_numerics(run, tol, parity)
     parity = parity.naming_resumes(numerics.resumed)
+    courses = own_courses(run, columns)
+    speedups = tuple(replace(s, courses=(courses[s.baseline], courses[s.mode]))
+                     if s.ratio is not None and s.mode in courses and s.baseline in courses and courses[s.mode] != courses[s.baseline]
+                     and not _losses_alike(numerics, s.mode, s.baseline) else s for s in speedups)
     return Comparison(
         run_path=run.path,
         target=str(run.meta.target.get("name", "")),

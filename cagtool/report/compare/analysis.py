@@ -741,7 +741,8 @@ def _norm_diff(quantity: str, sample: NumericsSample, reference: NumericsSample,
         # training than the other's (a mode stopped after 32 steps against one that ran 377).
         if quantity != PARAM_NORM or (value is None and ref is None):
             return None
-        ran = [f"{s.record} {'was stopped after' if s.bounded else 'ran'} {'its' if end is None else end + 1} steps"
+        ran = [(f"{s.record} was stopped after {end + 1} steps" if s.bounded else f"{s.record} ran {end + 1} steps")
+               if end is not None else f"{s.record} {'was stopped by a bound' if s.bounded else 'ran to its end'} with no loss kept"
                for s, end in zip((sample, reference), ends)]
         return NumericsDiff(quantity, sample.record, reference.record, 0, None, agrees=True,
                             note=f"final norms not compared: {ran[0]}, {ran[1]} (a --steps or --max-time bound): "

@@ -416,10 +416,9 @@ def _compared_words(diffs: Sequence[NumericsDiff]) -> str:
     """What the comparisons held: "losses and final norms", or either alone (a mode stopped by
     --max-time has no end of training to compare)."""
     compared = {d.quantity for d in diffs if d.compared}
-    norms = bool(compared - {LOSS})
-    if LOSS in compared or not norms:
-        return "losses and final norms" if norms else "losses"
-    return "final norms"
+    if compared == {LOSS}:
+        return "losses"
+    return "final norms" if compared and LOSS not in compared else "losses and final norms"
 
 
 def _resumed_lines(numerics: Numerics) -> list[tuple[str, bool]]:

@@ -4208,7 +4208,7 @@ def _consequence(cause: Cause, cwd: str) -> Words:
 
 
 def _own_compile(cause: Cause, cwd: str) -> str:
-    """The lead of a frame another torch.compile call compiled than its root's (_roots_in_other_frames)."""
+    """The lead of a frame another torch.compile call compiled than its root's (group_causes' `own_compile`)."""
     file, _, line = str(cause.facts["own_compile"]).rpartition(":")
     return f"This frame is another function the step calls, with a torch.compile of its own ({display_path(file, cwd)}:{line})"
 

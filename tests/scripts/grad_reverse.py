@@ -5,6 +5,11 @@ new Function class at every call, so compiled autograd captures every backward a
 
     python grad_reverse.py            # the Function defined once, the model compiled (eager backend)
     python grad_reverse.py --inner    # the Function defined inside forward, the model not compiled
+    python grad_reverse.py --outside  # the Function defined once, applied outside the compiled feature extractor
+
+Applied outside compiled code, the Function runs eagerly; under compiled autograd Dynamo compiles its
+backward inside the CA graph, guards the first weight (`hooks[0].weight == 0.0`), recompiles once
+with it as an input, and every later value reuses that graph.
 """
 
 import math
@@ -14,6 +19,7 @@ import torch
 import torch.nn as nn
 
 INNER = "--inner" in sys.argv
+OUTSIDE = "--outside" in sys.argv
 
 
 class GradReverse(torch.autograd.Function):
@@ -57,7 +63,9 @@ class DANN(nn.Module):
 
 torch.manual_seed(0)
 model = DANN()
-run = model if INNER else torch.compile(model, backend="eager")
+if OUTSIDE:
+    model.features = torch.compile(model.features, backend="eager")
+run = model if INNER or OUTSIDE else torch.compile(model, backend="eager")
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 steps = 8
 for step in range(steps):

@@ -674,20 +674,3 @@ def test_a_train_eval_switch_through_one_forward_picks_by_the_modules_mode():
     assert "lit.py:16 (`return self.net(x)`) is training's call too" in fix, fix
     assert "`self.net(x) if self.net.training else self.net._orig_mod(x)`" in fix and "at the evaluation's call" not in fix, fix
 
-
-@pytest.mark.slow  # one torch process
-def test_a_custom_functions_ctx_value_made_an_input_after_one_recompile_is_nothing_to_fix(record_run):
-    """tests/scripts/gradient_reversal.py (DANN's gradient reversal layer, its lambda annealed every
-    step and kept on `ctx`): Dynamo compiles the Function's backward inside the CA graph, guards the
-    first lambda, recompiles once taking it as an input, and no step after recompiles. The
-    explanation said "each new value compiles it once more" beside "later values reuse it", and
-    "Nothing to fix if `hooks[0].lambd` takes a few values" of a value new at every step."""
-    explanation, cwd = _explained(record_run, "../tests/scripts/gradient_reversal.py")
-    (cause,) = explanation.causes
-    assert cause.code == CAUSE_DYNAMO_CA_GRAPH and cause.count == 1 and cause.facts.get("stabilised")
-    words = cause_words(cause, cwd)
-    why, fixes = " ".join(words.why), " ".join(words.fix)
-    assert "compiled the frame again with the number as an input of the graph (automatic dynamic)" in why, why
-    assert "compiles it once more" not in why and "takes a few values" not in fixes, (why, fixes)
-    assert words.fix == ["Nothing to fix: one recompile, then `hooks[0].lambd` is an input of the compiled graph and its later "
-                         "values reuse it."]

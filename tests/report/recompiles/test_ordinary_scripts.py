@@ -316,6 +316,21 @@ def test_a_function_class_defined_in_the_forward_is_likely_a_new_class_and_defin
     assert cause["fix"][0].startswith("Define the autograd.Function class once, at module level")
 
 
+def test_a_functions_ctx_value_made_an_input_after_one_recompile_is_nothing_to_fix(record_run):
+    """The Function applied outside the compiled feature extractor, its weight annealed every step
+    and kept on `ctx`: Dynamo compiles its backward inside the CA graph, guards the first weight,
+    recompiles once taking it as an input, and no step after recompiles. The explanation said "each
+    new value compiles it once more" beside "later values reuse it", and "Nothing to fix if
+    `hooks[0].weight` takes a few values" of a value new at every step."""
+    [cause] = _causes(_recorded(record_run, "grad_reverse.py", "--outside"))
+    why = " ".join(cause["why"])
+    assert cause["code"] == "dynamo_ca_graph_guard_failure" and cause["count"] == 1, cause["title"]
+    assert "compiled the frame again with the number as an input of the graph (automatic dynamic)" in why, why
+    assert "compiles it once more" not in why, why
+    assert cause["fix"] == ["Nothing to fix: one recompile, then `hooks[0].weight` is an input of the compiled graph and its "
+                            "later values reuse it."]
+
+
 def test_a_last_chunk_sliced_by_hand_is_no_dataloaders_last_batch_and_gets_no_drop_last(record_run):
     """word_language_model's shape (tests/scripts/hand_sliced_chunks.py): the data cut into chunks
     by the script, no DataLoader. The record counts the DataLoader iterators the loop made (0 here,

@@ -548,6 +548,9 @@ def test_mode_process_killed_alone_is_closed_as_killed(tmp_path):
     run = load_run(tmp_path / "r")
     ca = run.modes["ca"]
     assert ca.manifest.status == "killed" and ca.manifest.exit_code == 137 and ca.manifest.exception.type == "SIGKILL"
+    # Most often the kernel's out-of-memory killer's: said where to look
+    assert ca.manifest.exception.message == ("killed by SIGKILL (the kernel's out-of-memory killer sends it too: the kernel's "
+                                             "log, `dmesg`, says whether it did)")
     assert run.meta.status == "finished" and run.meta.exit_code == 137 and run.meta.mode_exit_codes == {"ca": 137}
     assert not _alive(worker)
 

@@ -61,6 +61,15 @@ def exit_code_for(signum: int) -> int:
     return 128 + int(signum)
 
 
+def killed_words(signum: int) -> str:
+    """How a process's death by a signal is said: a SIGKILL nobody on the job sent is most often the
+    kernel's out-of-memory killer's, which only the kernel's log tells."""
+    name = signal.Signals(signum).name
+    if signum == signal.SIGKILL:
+        return f"killed by {name} (the kernel's out-of-memory killer sends it too: the kernel's log, `dmesg`, says whether it did)"
+    return f"killed by {name}"
+
+
 def descendants(pid: int) -> list[int]:
     """Every living process below pid (children first), read from /proc; [] where there is none."""
     parents: dict[int, list[int]] = {}

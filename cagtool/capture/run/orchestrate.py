@@ -22,7 +22,7 @@ from cagtool.capture.run.self_launch import python_module_argv
 from cagtool.capture.run_dir import claim_run_dir
 from cagtool.capture.versions import machine_info, record_versions, reference_loop_s
 from cagtool.capture.processes.cpu_wait import CpuWaitSampler
-from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
+from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, adopt_orphans, end_orphans, exit_code_for, killed_words
 from cagtool.capture.run.status import restore_terminal
 from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.run.target import Target, module_file
@@ -444,7 +444,7 @@ def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Ca
     signum = -code if code < 0 else None
     exit_code = exit_code_for(signum) if signum else code
     if signum:
-        return ModeOutcome(name, exit_code, wall, f"killed by {signal.Signals(signum).name}", status=status, stopped=stopped,
+        return ModeOutcome(name, exit_code, wall, killed_words(signum), status=status, stopped=stopped,
                            signalled=signum in STOP_SIGNALS)
     return ModeOutcome(name, exit_code, wall, status=status, stopped=stopped)
 
@@ -506,7 +506,7 @@ def settle_mode_record(mode_dir: Path, code: int) -> str:
         exception = signal_stop_exception(signal.Signals(signum).name, mode_dir)
     elif signum:
         status = STATUS_KILLED
-        exception = {"type": signal.Signals(signum).name, "message": f"killed by {signal.Signals(signum).name}", "traceback": ""}
+        exception = {"type": signal.Signals(signum).name, "message": killed_words(signum), "traceback": ""}
     else:
         status = STATUS_FINISHED if code == 0 else STATUS_FAILED
         exception = None if code == 0 else {"type": "Exit", "message": f"exited with code {code} without closing its record", "traceback": ""}

@@ -697,9 +697,11 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             since = " from the first step" if all(r in numerics.first_losses for r in numerics.inputs_differ) else ""
             growing = [d for d in numerics.against_aot if not d.agrees and d.parts_growing_from is not None]
             if apart and growing:
+                rule_out = ("says how to compare like with like: the two backwards' compilers differ" if numerics.compilers else
+                            "says how to rule out Inductor's rounding")
                 phrases.append(f"numerics DISAGREE: the losses of {growing[0].record} part from {aot}'s growing from step "
                                f"{growing[0].parts_growing_from}, not at a jump (both differ from {numerics.reference}{since}; "
-                               "`cagtool compare` says how to rule out Inductor's rounding)")
+                               f"`cagtool compare` {rule_out})")
                 tones.append(BAD)
             elif apart:
                 phrases.append(f"numerics DISAGREE: {' and '.join(apart)} against {aot} (both differ from {numerics.reference}{since})")

@@ -388,16 +388,19 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
         if against:
             aot = against[0].reference
             apart = [d for d in against if not d.agrees]
+            # Their forwards compiled alike; their backwards by one compiler, or by two (compilers_differ).
+            alike = ("compiled alike" if not numerics.compilers else
+                     f"forwards compiled alike, backwards by {numerics.compilers[0]} and {numerics.compilers[1]}")
             if not apart:
                 top = max(against, key=lambda d: d.max_rel_diff or 0.0)
-                lines.append((f"Numerics: {_and_words([d.record for d in against])} against {aot} (compiled alike): "
+                lines.append((f"Numerics: {_and_words([d.record for d in against])} against {aot} ({alike}): "
                               f"{_compared_words(against)} agree within {tolerance}; largest relative difference "
                               f"{format_rel(top.max_rel_diff)}{_where(top) if top.max_rel_diff else ''}: compiled autograd changed "
                               f"nothing beyond the compiled program's difference from {numerics.reference}", False))
             else:
                 # Losses that part growing from round-off, not at a jump, do not yet say which computes otherwise.
                 growing = all(d.parts_growing_from is not None for d in apart if d.quantity == LOSS) and any(d.quantity == LOSS for d in apart)
-                lines.append((f"Numerics DISAGREE between {_and_words([d.record for d in apart])} and {aot} (compiled alike, "
+                lines.append((f"Numerics DISAGREE between {_and_words([d.record for d in apart])} and {aot} ({alike}, "
                               f"{tolerance}): " + ("the losses part growing, not at a jump: round-off amplified by training "
                                                    "or compiled autograd computing otherwise, not told apart yet (the note below):"
                                                    if growing else "compiled autograd computes otherwise:"), True))

@@ -351,6 +351,35 @@ def compile_event_for_test() -> DynamoCompileEvent:
                               dynamo_cumulative_compile_time_s=1.5, aot_autograd_cumulative_compile_time_s=1.0, graph_op_count=5)
 
 
+def test_ca_parting_from_aot_growing_where_their_backwards_compilers_differ_is_not_called_compiled_autogradss():
+    """word_language_model's Transformer at lr 5, its model compiled (Inductor), recorded with
+    `--backend eager`: ca's losses equal aot's bit for bit for 20 steps and part growing, 5e-2 apart
+    by step 91. compare said "Numerics DISAGREE between ca and aot (compiled alike ...): compiled
+    autograd computes otherwise", though ca's CA graphs ran eager's kernels and aot's backward
+    Inductor's. The two are said compiled apart, the parting as round-off not told apart yet, and
+    how to compare like with like."""
+    aot_losses = [v * 1.1 for v in LOSSES]  # the compiled forward's dropout: other numbers than eager's from the first step
+    growth = [0, 0, 0, 0, 1e-7, 3e-7, 1e-6, 3e-6, 9e-6, 2e-5, 6e-5, 2e-3]
+    inductor = DynamoCompileEvent(seq=0, t=0.5, compile_id="0/0", is_ca_graph=False, step=0, entire_frame_compile_time_s=1.5,
+                                  dynamo_cumulative_compile_time_s=1.5, aot_autograd_cumulative_compile_time_s=1.0,
+                                  inductor_cumulative_compile_time_s=0.8, graph_op_count=5)
+    eager = mode_record("eager", [*make_steps([0.05, *steady(10)], LOSSES, compiling=()), final()])
+    aot = mode_record("aot", [inductor, AotBackwardGraphEvent(seq=1, t=0.6, compile_id="0/0", step=0),
+                              *make_steps([0.05, *steady(8)], aot_losses), final()])
+    ca = mode_record("ca", [ca_graph(0), *make_steps([0.05, *steady(6)], [v * (1 + g) for v, g in zip(aot_losses, growth)]), final()])
+    numerics = compare_modes(run_record({"eager": eager, "aot": aot, "ca": ca})).numerics
+    assert numerics.compilers == ("eager", "Inductor")
+    [apart] = [d for d in numerics.against_aot if not d.agrees]
+    assert apart.quantity == "loss" and apart.parts_growing_from == 9, apart
+    assert apart.note.startswith("ca's losses agree with aot's to 9e-06 for the first 9 steps, then part growing past 1e-05 (no "
+                                 "jump): what round-off looks like once training amplifies it, and the two backwards were compiled "
+                                 "apart (ca's CA graphs by eager, aot's backward by Inductor)"), apart.note
+    text = " ".join(line for line, _ in numerics_lines(numerics))
+    assert ("Numerics DISAGREE between ca and aot (forwards compiled alike, backwards by eager and Inductor, rtol 0.001, atol "
+            "1e-06): the losses part growing, not at a jump") in text, text
+    assert "compiled autograd computes otherwise" not in text and "record with --backend inductor (the default)" in text
+
+
 def test_failed_mode_is_carried_with_its_reason():
     comparison = compare_modes(three_modes(status="failed", exit_code=1, exception=ExceptionInfo("RuntimeError", "boom\ntraceback...")))
     ca = comparison.modes["ca"]

@@ -77,3 +77,19 @@ def test_a_mode_that_ran_out_of_memory_is_not_called_torch_compiles_failure(reco
     assert ("eager ran and aot ran out of memory: whose failure that is, one run does not say (the compiled job may need more "
             "memory than eager, or the machine had less when it ran)") in lines[0], lines[0]
     assert "torch.compile's" not in lines[0] and not lines[1].startswith("what to do: the failure first"), lines[:2]
+
+
+@pytest.mark.slow  # two torch processes
+def test_a_job_failing_where_it_uses_the_compiled_module_is_told_so_not_to_read_dynamos_stack(record_run):
+    """tests/scripts/compiled_state_dict_reloaded.py trains, then loads the compiled module's
+    state_dict (`_orig_mod.` keys) into a plain model (word_language_model's end with its model
+    compiled fails alike, in torch.load). Eager ran and aot failed, outside torch's compiler: what to
+    do says where the job uses what torch.compile returned, not that TORCHDYNAMO_VERBOSE=1 shows
+    Dynamo's stack (Dynamo is not on it)."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "compiled_state_dict_reloaded.py"), modes="eager,aot")
+    assert run.returncode != 0
+    headline, advice = cagtool_in_process("summary", run.path).stdout.splitlines()[:2]
+    assert "Error(s) in loading state_dict" in headline and "eager ran and aot failed" in headline, headline
+    assert advice.startswith("what to do: the failure first: the job fails where it uses what torch.compile returned, outside "
+                             "the compiler"), advice
+    assert "TORCHDYNAMO_VERBOSE" not in advice

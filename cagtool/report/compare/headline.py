@@ -535,6 +535,10 @@ COMPILE_FAILS = ("eager ran and aot failed: the job fails under torch.compile wi
                  "torch.compile's, not compiled autograd's")
 COMPILE_FAILS_FIX = ("the failure first: it is torch.compile's on this code, with or without compiled autograd (the aot "
                      "mode's exception; TORCHDYNAMO_VERBOSE=1 shows Dynamo's own stack)")
+# The aot mode's exception raised outside torch's compiler: where the script used what torch.compile returned.
+COMPILE_USE_FAILS_FIX = ("the failure first: the job fails where it uses what torch.compile returned, outside the compiler "
+                         "(saving or loading the compiled module, reading its class or attributes: the aot mode's exception, "
+                         "where `cagtool summary` shows it raised)")
 CA_FAILS = "eager and aot ran and ca failed: the job fails only with compiled autograd on"
 # A failure for want of memory or disk is the machine's as much as the mode's: the compiled job may
 # need more, or the machine had less when it ran; one run does not say which.
@@ -783,7 +787,8 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             advice += f"; {caveat}"
     details = "recompiles"
     if blame == COMPILE_FAILS:  # the job does not run under torch.compile: that first
-        advice, details = (f"{COMPILE_FAILS_FIX}; then {advice}", details) if advice else (COMPILE_FAILS_FIX, "summary")
+        fix = COMPILE_FAILS_FIX if any(f.in_compiler for f in comparison.modes["aot"].failures) else COMPILE_USE_FAILS_FIX
+        advice, details = (f"{fix}; then {advice}", details) if advice else (fix, "summary")
     if skipped is not None:  # before anything else: the module was never compiled
         fix = f"compile it: {skipped[0].fix}"
         from cagtool.report.recompiles.explain import NOTHING_TO_FIX

@@ -6,6 +6,7 @@ not one report's own."""
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
@@ -79,6 +80,10 @@ class ModeFailure:
     # Never started: the run was stopped before its turn (`reason` says how). Its status stays
     # `missing` (no record to read a figure from), but it is said as not run, never as a death.
     not_run: bool = False
+    # Its exception was raised inside torch's compiler (a frame of torch._dynamo, _functorch or
+    # _inductor on its traceback), not where the script used what torch.compile returned (a torch.load
+    # of a compiled module's pickle after training)
+    in_compiler: bool = False
 
     def describe(self) -> str:
         if self.not_run:
@@ -170,7 +175,11 @@ def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not
         reason = f"exited with code {code}"
     # The job's own text (torch's messages carry terminal escapes: "\x1b[1mdo those steps only if you
     # trust the source\x1b[0m"): one plain line wherever it goes, the JSON headline included.
-    return ModeFailure(name, manifest.status, code, safe_line(reason))
+    in_compiler = manifest.exception is not None and bool(_COMPILER_FRAME.search(manifest.exception.traceback or ""))
+    return ModeFailure(name, manifest.status, code, safe_line(reason), in_compiler=in_compiler)
+
+
+_COMPILER_FRAME = re.compile(r"torch[/\\]_(dynamo|functorch|inductor)[/\\]")
 
 
 def _median(values: list[float]) -> float | None:

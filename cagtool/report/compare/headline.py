@@ -787,7 +787,8 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             advice += f"; {caveat}"
     details = "recompiles"
     if blame == COMPILE_FAILS:  # the job does not run under torch.compile: that first
-        fix = COMPILE_FAILS_FIX if any(f.in_compiler for f in comparison.modes["aot"].failures) else COMPILE_USE_FAILS_FIX
+        outside = all(f.in_compiler is False for f in comparison.modes["aot"].failures)
+        fix = COMPILE_USE_FAILS_FIX if outside else COMPILE_FAILS_FIX
         advice, details = (f"{fix}; then {advice}", details) if advice else (fix, "summary")
     if skipped is not None:  # before anything else: the module was never compiled
         fix = f"compile it: {skipped[0].fix}"

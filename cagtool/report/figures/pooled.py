@@ -82,8 +82,8 @@ class ModeFailure:
     not_run: bool = False
     # Its exception was raised inside torch's compiler (a frame of torch._dynamo, _functorch or
     # _inductor on its traceback), not where the script used what torch.compile returned (a torch.load
-    # of a compiled module's pickle after training)
-    in_compiler: bool = False
+    # of a compiled module's pickle after training); None where no traceback was kept
+    in_compiler: bool | None = None
 
     def describe(self) -> str:
         if self.not_run:
@@ -175,7 +175,8 @@ def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not
         reason = f"exited with code {code}"
     # The job's own text (torch's messages carry terminal escapes: "\x1b[1mdo those steps only if you
     # trust the source\x1b[0m"): one plain line wherever it goes, the JSON headline included.
-    in_compiler = manifest.exception is not None and bool(_COMPILER_FRAME.search(manifest.exception.traceback or ""))
+    trace = manifest.exception.traceback if manifest.exception is not None else ""
+    in_compiler = bool(_COMPILER_FRAME.search(trace)) if trace else None
     return ModeFailure(name, manifest.status, code, safe_line(reason), in_compiler=in_compiler)
 
 

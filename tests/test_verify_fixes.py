@@ -218,8 +218,8 @@ def test_a_custom_function_compiled_with_the_eager_backend_is_verified_with_aot_
     v = data["verification"]
     [fix] = v["fixes"]
     assert fix["fix"] == "backend-aot-eager" and fix["causes"] == [1, 2] and fix["who"] == "your code"
-    assert '-run = model if INNER else torch.compile(model, backend="eager")\n' in fix["patch"]["diff"]
-    assert '+run = model if INNER else torch.compile(model, backend="aot_eager")\n' in fix["patch"]["diff"]
+    assert '-run = model if INNER or OUTSIDE else torch.compile(model, backend="eager")\n' in fix["patch"]["diff"]
+    assert '+run = model if INNER or OUTSIDE else torch.compile(model, backend="aot_eager")\n' in fix["patch"]["diff"]
     assert v["baseline"]["ca_graphs"] == [8] and fix["measured"]["ca_graphs"] == [2]
     assert v["baseline"]["ca_recompiles"] == [7] and fix["measured"]["ca_recompiles"] == [1]
     assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]

@@ -298,6 +298,11 @@ def test_a_fix_that_compiles_more_than_the_recompiles_it_removes_is_harmful():
     verdict, reasons = judge(*three, None, True)
     assert verdict == HARMFUL and reasons[1].endswith("3 vs 3 processes): it compiles more than the recompiles it removes did")
     assert judge(base, replace(fixed, compile_time_s=14.0, compile_times_s=[14.0]), None, True)[0] == VERIFIED
+    # HF Trainer's torch-pgo: its 4 recompiles stayed, compile 23.4 s -> 31.5 s: nothing to weigh it against.
+    same = replace(_side(2, 2, 3), compile_time_s=23.4, compile_times_s=[23.4, 22.9, 24.0])
+    verdict, reasons = judge(same, replace(same, compile_time_s=31.5, compile_times_s=[31.5, 30.2, 33.1]), None, True)
+    assert verdict == HARMFUL and reasons[0] == "recompiles unchanged (4)"
+    assert reasons[1].endswith("3 vs 3 processes): it removes no recompile and compiles longer")
 
 
 def test_a_compile_the_machines_load_can_have_lengthened_is_not_judged():

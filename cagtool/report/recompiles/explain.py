@@ -3152,6 +3152,30 @@ def _hook_out_of_dynamo(facts: dict[str, Any], code: str) -> list[str]:
     return [disable, after, "Or keep the value a tensor: " + tensor]
 
 
+def _collator_fix(before: int, after: int) -> str:
+    """The fix of a length HF Trainer's data_collator pads each batch to (a recompile from `before`
+    to `after`). transformers + torch 2.13, checked on HF Trainer jobs with dynamic padding: with
+    pad_to_multiple_of=8 a recompile from 29 to 30 (both 32) was gone, one from 46 to 59 (48 and
+    64) stayed, as Dynamo recompiles at a second length whatever it is; padding="max_length" removed
+    both (only a guard that failed beside the size's was left)."""
+    fixed = ('DataCollatorWithPadding(tokenizer, padding="max_length", max_length=N) pads every batch to one length N '
+             "(at least the longest the tokenizer keeps: its max_length where it truncates)")
+    lead = "HF Trainer's batches are padded by its data_collator, each to its longest (its default with a tokenizer): "
+    up = [-(-n // 8) * 8 for n in (before, after)]
+    if up == [before, after]:  # already padded to a multiple (pad_to_multiple_of=8 on the collator)
+        return (f"{lead}{fixed}, which removes this size guard. The lengths {before} and {after} are multiples of 8 "
+                "already (a collator with pad_to_multiple_of): two lengths, and Dynamo recompiles at a second length "
+                "whatever it is. A collate function of your own can pad to one fixed length the same way.")
+    if up[0] != up[1]:
+        return (f"{lead}{fixed}, which removes this size guard. pad_to_multiple_of=8 does not: it rounds {before} and {after} "
+                f"up to {up[0]} and {up[1]}, still two lengths, and Dynamo recompiles at a second length whatever it is. "
+                "A collate function of your own can pad to one fixed length the same way.")
+    return (f"{lead}DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8) as the Trainer's data_collator rounds {before} "
+            f"and {after} up to {up[0]}, one length, which removes this size guard where every batch rounds to it (one that "
+            f"rounds to another length still recompiles once); {fixed} leaves no other length. A collate function of "
+            "your own can pad the same way.")
+
+
 def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
@@ -3479,13 +3503,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                          "collate_fn; HF Trainer's data_collator) where the library passes that tensor on as it is (a copy to "
                          "another device carries no mark); pad or bucket if it takes many values."]
             if size[1] > 0 and caller is not None and caller.via.startswith("transformers/"):
-                # transformers + torch 2.13, checked on an HF Trainer job with dynamic padding: with
-                # pad_to_multiple_of=8 the length's recompile was gone.
-                fixes.append("HF Trainer's batches are padded by its data_collator, each to its longest: "
-                             "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8) as the Trainer's data_collator (its default "
-                             "with a tokenizer, without the multiple) rounds each batch's length up to a multiple of 8, so the "
-                             "lengths take a few values, often one; a collate function of your own can pad to a multiple the same "
-                             "way, or to one fixed length.")
+                fixes.append(_collator_fix(size[2], size[3]))
             by = facts.get("compiled_by")
             own_compile = (f" (your torch.compile at {display_path(str(by.get('file')), cwd)}:{by.get('line')})"
                            if isinstance(by, dict) and not by.get("via") and by.get("dynamic") is None and by.get("file") else "")

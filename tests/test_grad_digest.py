@@ -259,3 +259,22 @@ def test_a_tensor_no_module_holds_is_named_as_an_optimizers_only_when_one_steppe
     digests.digest(1, [REASON_FIRST], [leaf], optimizer=False)
     names = [e["names"] for e in digests.events()]
     assert names == [[f"{OPTIMIZER_TENSOR_PREFIX}0>"], [f"{UNNAMED_TENSOR_PREFIX}0>"]]
+
+
+def test_a_complex_gradient_is_digested_from_its_real_and_imaginary_parts(digests):
+    """A 1-D Fourier neural operator's spectral weights are complex parameters: their gradients were
+    left out as "no gradient" while the parity line said "all 13 parameters" of the 16. Digested
+    as their real and imaginary parts, the norm is the complex gradient's; a conjugate view reads
+    as the tensor it resolves to."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(4, 3, dtype=torch.cfloat))
+    v = torch.nn.Parameter(torch.randn(4, 3, dtype=torch.cfloat))
+    w.grad = torch.randn(4, 3, dtype=torch.cfloat)
+    v.grad = w.grad.clone().conj()  # a lazy conjugate: view_as_real refuses it unresolved
+    digests.digest(0, [REASON_FIRST], [w, v])
+    [event] = digests.events()
+    assert event["norm"][0] == pytest.approx(float(torch.linalg.vector_norm(w.grad)), rel=1e-6)
+    assert event["norm"][1] == pytest.approx(event["norm"][0], rel=1e-6)
+    assert event["max_abs"][0] == pytest.approx(float(torch.view_as_real(w.grad).abs().max()), rel=1e-6)
+    assert event["checksum"][0] != pytest.approx(event["checksum"][1])  # the imaginary parts' signs differ
+    assert event["dtypes"] == ["complex64", "complex64"] and event["numels"] == [12, 12]

@@ -130,3 +130,22 @@ def test_an_optimizers_parameter_at_the_id_of_a_collected_one_is_watched_from_it
     note_initial_versions(initial, torch.optim.SGD(model.parameters(), lr=0.1))
     assert initial[id(first)][0]() is first and initial[id(first)][1] == first._version
     assert len(initial) == len(list(model.parameters()))
+
+
+def test_the_final_norm_of_a_complex_parameter_counts_its_imaginary_part_and_warns_nothing():
+    """float64 of a complex tensor drops its imaginary part with a UserWarning in the job's output
+    (an FNO's spectral weights): the norm is |z|'s, in one read and chunked, and nothing is warned."""
+    import warnings
+
+    from cagtool.capture.steps import final_state
+
+    z = torch.complex(torch.full((3000,), 3.0), torch.full((3000,), 4.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert final_state._sum_of_squares(z) == pytest.approx(3000 * 25.0)
+        assert final_state._sum_of_squares(z.conj()) == pytest.approx(3000 * 25.0)
+        old, final_state._NORM_CHUNK = final_state._NORM_CHUNK, 1000
+        try:
+            assert final_state._sum_of_squares(z) == pytest.approx(3000 * 25.0)
+        finally:
+            final_state._NORM_CHUNK = old

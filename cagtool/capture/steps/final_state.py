@@ -107,8 +107,14 @@ _NORM_CHUNK = 1 << 20
 
 
 def _sum_of_squares(tensor: Any) -> float:
-    """sum(x**2) of a tensor in float64, a chunk at a time; one read of the device at the end."""
+    """sum(|x|**2) of a tensor in float64, a chunk at a time; one read of the device at the end. A
+    complex tensor is read as its real and imaginary parts (cast to float64 it would lose the
+    imaginary part, with a warning in the job's output)."""
     flat = tensor.detach()
+    if flat.is_complex():
+        import torch
+
+        flat = torch.view_as_real(flat.resolve_conj())
     if not flat.is_contiguous() or flat.numel() <= _NORM_CHUNK:
         return float(flat.double().pow(2).sum())
     flat = flat.view(-1)

@@ -375,6 +375,10 @@ class GradDigests:
                 g = local_part(g)
                 if not readable(g):  # storage freed (sharded.py): not read
                     g = None
+            if g is not None and g.is_complex() and g.layout == torch.strided:
+                # a complex parameter (an FNO's spectral weights): its real and imaginary parts
+                # side by side, whose norm is the complex gradient's
+                g = torch.view_as_real(g.resolve_conj())
             if g is None or g.is_complex() or not g.is_floating_point() or g.numel() == 0:
                 entry.groups.append(([p], None))
                 continue

@@ -4155,6 +4155,14 @@ def _consequence(cause: Cause, cwd: str) -> Words:
             }.get(tuple(cause.facts.get("root_ways") or ()), "The parameters that train decide the backward's nodes: "
                   "captured once per set of trainable parameters."))
             fix = [f"Goes with {root}: nothing to fix on its own."]
+        elif cause.facts.get("root_list"):
+            # torch 2.13, checked on a list of 1-4 feature maps summed in a compiled forward: passed
+            # stacked, CA recompiles 3 -> 1 (the stacked size), with 2 Dynamo recompiles of its graph's code.
+            fix = [f"Goes with {root}: each length runs the forward another way (one more item computed), so its backward is "
+                   f"another graph, captured once per length and cached. A fix of {root} that passes the items as one tensor "
+                   "makes the forward compute one way for every length, and these captures go; compiled autograd then misses "
+                   "once on the changed size unless it starts dynamic (`cagtool run --dynamic`), and Dynamo may recompile "
+                   "that graph's code for the size (explained then as its own cause)."]
         elif not goes_with_its_forward(cause):  # the root's kind not known
             fix = [f"Fixing {root} removes this one too: the backward changed only because its forward was recompiled."]
         else:
@@ -4497,6 +4505,10 @@ def group_causes(table: RecompileTable) -> list[Cause]:
             # What the root's guard was on decides what the follower's fix is.
             cause.facts["root_kind"] = by_number[cause.caused_by].facts.get("kind", "")
             cause.facts["root_code"] = by_number[cause.caused_by].code
+            root_facts = by_number[cause.caused_by].facts
+            # A Python list the compiled forward reads (not torch's list of a module's hooks, not a hook's own list)
+            cause.facts["root_list"] = (root_facts.get("kind") == GUARD_LENGTH and not root_facts.get("hook")
+                                        and not module_hooks_list(root_facts.get("container")))
             cause.facts["root_steps"] = by_number[cause.caused_by].steps
             root_sizes = [c for row in by_number[cause.caused_by].rows if (c := _batch_change(row)) is not None]
             cause.facts["root_dim"] = root_sizes[0][1] if root_sizes else None

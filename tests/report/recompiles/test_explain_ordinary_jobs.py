@@ -328,3 +328,27 @@ def test_a_training_loaders_last_batch_is_named_where_the_compiled_forwards_size
     assert "torch holds them in its cache key only" in why, why
     assert "Every size that changed got smaller, once" in why and "The size came back (4 -> 16 at step 7" in why, why
     assert words.fix[0].startswith("It is the last batch: drop it (DataLoader(..., drop_last=True)"), words.fix
+
+
+def test_a_backward_captured_again_for_a_lists_length_is_removed_by_the_list_passed_as_one_tensor():
+    """A compiled forward summing a list of 1-4 feature maps: each length recompiled the forward and
+    its backward was captured again (a new AddBackward0). Its words said a fix that only stops
+    Dynamo recompiling ("the value passed as a tensor") leaves the capture, beside the root's advice
+    to pass the list as one tensor; passed stacked, the job's CA recompiles went 3 -> 1. A value's
+    root (a Python number the forward branches on) keeps those words."""
+    from cagtool.report.recompiles.explain import CAUSE_STRUCTURE, Cause
+    from cagtool.report.recompiles.table import RecompileRow
+
+    def fix(**facts) -> str:
+        row = RecompileRow(mode="ca", source="ca", compile_id="!1", step=1, kind="new_node", seqs=(19,), ca_id=1,
+                           node="AddBackward0", node_call=5, key_size=30, previous_key_sizes=(24,))
+        cause = Cause(CAUSE_STRUCTURE, [row], number=2, caused_by=1)
+        cause.facts.update(root_code=CAUSE_DYNAMO_FRAME, changes=[], **facts)
+        return " ".join(cause_words(cause, "/work").fix)
+
+    listed = fix(root_kind=GUARD_LENGTH, root_list=True)
+    assert "A fix of #1 that passes the items as one tensor makes the forward compute one way for every length, and these " \
+           "captures go" in listed, listed
+    assert "the value passed as a tensor" not in listed, listed
+    valued = fix(root_kind="value", root_list=False)
+    assert "one that only stops Dynamo recompiling (the value passed as a tensor) does not" in valued, valued

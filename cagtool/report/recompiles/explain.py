@@ -3909,9 +3909,20 @@ def _resume_why(facts: dict[str, Any], cwd: str) -> str:
     broke = f": {headline}" if headline else ""
     another = (" Its first compile was for one kind of call reaching that line; this call is another."
                if facts.get("kind") in _ANOTHER_CALL_KINDS else "")
+    carried = ""
+    if (stack := _STACK_VALUE.search(facts.get("guard") or "")) is not None:
+        # `___stack0 == 0.2468`: the value of the call Dynamo broke on (a Tensor.item()), passed to the resume frame
+        number = re.fullmatch(r"___stack0 == -?[\d.]+(?:e[-+]?\d+)?", (facts.get("guard") or "").strip())
+        returned = (" (here, a number: what the `.item()` Dynamo broke on returned)"
+                    if number and "Tensor.item()" in (facts.get("break_reason") or "") else "")
+        carried = (f" `{stack.group(0)}` is no variable of yours: it is Dynamo's name for a value the code at line {resume.line} "
+                   f"was computing with when the graph broke, carried into the resume function{returned}.")
     return (f"{opening} the rest of `{resume.function}` ({_library_path(resume.file, cwd)}) from line {resume.line} on, which "
             f"Dynamo compiles as a function of its own (a resume function) because a graph break split `{resume.function}` "
-            f"there{broke}.{another}")
+            f"there{broke}.{another}{carried}")
+
+
+_STACK_VALUE = re.compile(r"\b___stack\d+\b")
 
 
 def _resume_fixes(facts: dict[str, Any], cwd: str) -> list[str]:

@@ -15,7 +15,7 @@ from cagtool.record.loader import load_run
 from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import CAUSE_DYNAMO_CA_GRAPH, CAUSE_DYNAMO_FRAME, _guard_fixes, cause_words, explain
 from cagtool.report.recompiles.table import recompile_table
-from cagtool.torch_text import GUARD_LENGTH, GUARD_REQUIRES_GRAD, GUARD_SIZE
+from cagtool.torch_text import GUARD_LENGTH, GUARD_REQUIRES_GRAD, GUARD_SIZE, GUARD_VALUE
 
 PIECES = ROOT / "tests" / "scripts" / "checkpoint_pieces.py"
 
@@ -352,3 +352,22 @@ def test_a_backward_captured_again_for_a_lists_length_is_removed_by_the_list_pas
     assert "the value passed as a tensor" not in listed, listed
     valued = fix(root_kind="value", root_list=False)
     assert "one that only stops Dynamo recompiling (the value passed as a tensor) does not" in valued, valued
+
+
+def test_a_value_dynamo_carried_across_a_graph_break_is_said_to_be_dynamos_name():
+    """`scale = h.abs().mean().item()` in a compiled forward breaks the graph, and the frame that
+    resumes there recompiled on `___stack0 == 0.24682775139808655`: the guard names no variable of
+    the script. The words say what `___stack0` is, and, a number after a Tensor.item() break, what
+    returned it; another stack value is said to be Dynamo's without the guess."""
+    from cagtool.report.recompiles.explain import _resume_why
+
+    resume = SourceRef(file="/w/itemfwd.py", line=9, code="scale = h.abs().mean().item()", function="forward", how="resume", via="")
+    facts = {"kind": GUARD_VALUE, "guard": "___stack0 == 0.24682775139808655", "resume": resume, "frame": 1,
+             "function": "torch_dynamo_resume_in_forward_at_9",
+             "break_reason": "Unsupported Tensor.item() call with capture_scalar_outputs=False"}
+    why = _resume_why(facts, "/w")
+    assert ("`___stack0` is no variable of yours: it is Dynamo's name for a value the code at line 9 was computing with when "
+            "the graph broke, carried into the resume function (here, a number: what the `.item()` Dynamo broke on returned).") in why, why
+    other = _resume_why({**facts, "guard": "___stack1 == 3", "break_reason": "call to print"}, "/w")
+    assert "`___stack1` is no variable of yours" in other and ".item()" not in other, other
+    assert "no variable of yours" not in _resume_why({**facts, "guard": "split == 'warmup'"}, "/w")

@@ -273,3 +273,22 @@ def test_an_evaluations_last_batch_and_trainings_at_one_forward_line_are_two_cau
     unknown = Cause(CAUSE_DYNAMO_FRAME, [], number=1, source=call, facts={"kind": "size", "failures": [("0/1", guard)]})
     assert cause_key(evaluation) != cause_key(training)
     assert cause_key(unknown) == cause_key(Cause(CAUSE_DYNAMO_FRAME, [], number=3, source=call, facts=dict(unknown.facts)))
+
+
+def test_a_resume_frame_recompiled_on_what_item_returned_is_answered_by_capture_scalar_outputs():
+    """`scale = h.abs().mean().item()` in a compiled forward: the frame resuming after the break
+    recompiled on `___stack0 == 0.2468...` (the number .item() returned). torch's own hint for the
+    break is capture_scalar_outputs, which --verify applies by its environment variable (checked on
+    such a job: Dynamo recompiles 2 -> 1, graph breaks 1 -> 0, VERIFIED). Another guard of the same
+    resume frame (a Python string), or a stack value after another break, is not answered by it."""
+    resume = SourceRef(file="/w/itemfwd.py", line=9, code="scale = h.abs().mean().item()", function="forward", how="resume", via="")
+    item = "Unsupported Tensor.item() call with capture_scalar_outputs=False: Dynamo does not support tracing `Tensor.item()`"
+
+    def cause(number: int, guard: str, reason: str = item) -> Cause:
+        return Cause(CAUSE_DYNAMO_FRAME, [], number=number, facts={"failures": [("1/1", guard)], "guard": guard, "kind": "value",
+                                                                   "resume": resume, "break_reason": reason})
+
+    explanation = Explanation(None, [], [cause(1, "split == 'warmup'"), cause(3, "___stack0 == 0.24682775139808655"),  # type: ignore[arg-type]
+                                         cause(4, "___stack1 == 3", "call to print")])
+    (fix,) = fixes_for(explanation)
+    assert (fix.name, fix.causes, fix.env) == ("capture-scalars", (3,), {"TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS": "1"})

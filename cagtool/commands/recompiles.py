@@ -368,7 +368,9 @@ def recompiles(
     apply without editing the script (ca-dynamic: compiled autograd's sizes start dynamic;
     dynamic-sources: Dynamo compiles the inputs whose size guards failed dynamic from the start,
     TORCH_COMPILE_DYNAMIC_SOURCES; accelerate-dynamic: where HF accelerate (HF Trainer's
-    torch_compile=True) made the compile call, ACCELERATE_DYNAMO_USE_DYNAMIC=1), and with each code change it can make safely, shown as a
+    torch_compile=True) made the compile call, ACCELERATE_DYNAMO_USE_DYNAMIC=1; capture-scalars: where
+    a frame resuming after a graph break on .item() recompiled on the number it returned,
+    TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1), and with each code change it can make safely, shown as a
     diff against your script and run on a patched copy of it, never on the file itself
     (hook-before-loop: a hook registered mid-run registered before the loop, its condition left
     out; hook-dynamo-disable: a traced hook that Dynamo recompiles wrapped in
@@ -388,6 +390,7 @@ def recompiles(
       torch-pgo-ca-dynamic  hook-before-loop      hook-dynamo-disable
       zero-grad-to-none     scalar-to-tensor      backend-aot-eager
       drop-last             accelerate-dynamic    eval-uncompiled
+      capture-scalars
 
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak

@@ -24,6 +24,10 @@ docs/torch-internals.md ("Fixes --verify applies"):
 - `accelerate-dynamic`: where HF accelerate made the torch.compile call (HF Trainer's
   torch_compile=True) with `dynamic` unset, ACCELERATE_DYNAMO_USE_DYNAMIC=1, which accelerate reads
   then: torch.compile(..., dynamic=True). Answers a forward frame recompiled on a size guard there.
+- `capture-scalars`: where a frame that resumes after a graph break on `Tensor.item()` recompiled
+  on the value carried across the break (`___stack0 == 0.2468`), TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1,
+  which torch reads at import (torch._dynamo.config.capture_scalar_outputs, torch's own hint for
+  that break): `.item()` is traced into the graph, the break and its resume frame go.
 - `dynamic-sources`: Dynamo treats the named inputs as dynamic from their first compile
   (`TORCH_COMPILE_DYNAMIC_SOURCES`, the setting torch's own profile-guided recompile messages
   suggest). Answers a forward frame recompiled because an input's size changed (a DataLoader's
@@ -54,6 +58,7 @@ from cagtool.report.recompiles.explain import (
     cause_words,
     goes_with_its_forward,
     nothing_to_fix,
+    stack_value,
 )
 
 from cagtool.verify.patch import YOUR_CODE, Patch
@@ -278,10 +283,27 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_sugge
     if accelerate:
         fixes.append(Fix("accelerate-dynamic", "accelerate compiles the model with dynamic=True", tuple(accelerate),
                          env={"ACCELERATE_DYNAMO_USE_DYNAMIC": "1"}, torch_says=pgo_suggestion))
+    scalars = [c.number for c in explanation.causes if carried_item(c)]
+    if scalars:
+        fixes.append(Fix("capture-scalars", "Dynamo traces .item() into the graph instead of breaking it there", tuple(scalars),
+                         env={"TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS": "1"}))
     if sources:
         fixes.append(Fix("dynamic-sources", f"Dynamo compiles {', '.join(sources)} dynamic from the start", tuple(frames),
                          env={"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(sources)}, torch_says=pgo_suggestion))
     return fixes
+
+
+# torch's graph-break reason for `.item()` when capture_scalar_outputs is off (2.13-2.15)
+_ITEM_BREAK = "capture_scalar_outputs=False"
+
+
+def carried_item(cause: Cause) -> bool:
+    """A frame that resumes after a graph break on `Tensor.item()`, recompiled on a value Dynamo
+    carried across that break (`___stack0 == 0.2468`: what `.item()` returned): the break is the
+    cause, and capture_scalar_outputs removes it (torch 2.13, itemfwd-shaped job: CA recompiles 1
+    -> 1, Dynamo recompiles 2 -> 1, graph breaks 1 -> 0)."""
+    return (cause.code == CAUSE_DYNAMO_FRAME and cause.facts.get("resume") is not None
+            and _ITEM_BREAK in (cause.facts.get("break_reason") or "") and stack_value(cause.facts.get("guard") or ""))
 
 
 def patch_fix(patch: Patch) -> Fix:

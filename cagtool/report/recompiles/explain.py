@@ -3925,6 +3925,11 @@ def _resume_why(facts: dict[str, Any], cwd: str) -> str:
 _STACK_VALUE = re.compile(r"\b___stack\d+\b")
 
 
+def stack_value(guard: str) -> bool:
+    """Whether a guard is on a value Dynamo carried across a graph break (`___stack0 == 0.2468`)."""
+    return _STACK_VALUE.search(guard) is not None
+
+
 def _resume_fixes(facts: dict[str, Any], cwd: str) -> list[str]:
     """A resume frame's recompile: one-time, or the guard's own fixes; then the break that made it."""
     resume = facts["resume"]

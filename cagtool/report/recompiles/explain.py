@@ -312,6 +312,30 @@ def _branch_of(table: RecompileTable, cause: Cause) -> SourceRef | None:
     return _nearest_site(table.branch_sites, cause)
 
 
+def _side_first_taken(table: RecompileTable, cause: Cause) -> SourceRef | None:
+    """The data-dependent branch whose other side the forward took first in each capture's step: a
+    branch torch reported (graph break "Data-dependent branching") at a line where Dynamo first
+    compiled a frame resuming there (its code starting at the branch's line: a side's resume
+    function) in the step of every capture, before it. A branch that adds or drops ops (one side
+    `self.c(h) * 0.5`, the other `self.b(h)`) is a structural change tied by that, not by place."""
+    if not table.branch_sites or table.phases is None or not cause.rows:
+        return None
+    firsts = [(c.step, c.seq, table.frame_codes.get(compile_frame(c.compile_id) or ""))
+              for c in table.phases.compiles if not c.capture and c.attempt == 0 and not c.compile_id.startswith("!")]
+    for site in table.branch_sites:
+        place = (os.path.realpath(site.file), site.line)
+
+        def opened(row: RecompileRow) -> bool:
+            first = min(row.seqs) if row.seqs else None
+            return row.step is not None and first is not None and any(
+                step == row.step and seq < first and code is not None and (os.path.realpath(code[0]), code[1]) == place
+                for step, seq, code in firsts)
+
+        if all(opened(row) for row in cause.rows):
+            return site
+    return None
+
+
 def _nearest_site(sites: list[SourceRef], cause: Cause) -> SourceRef | None:
     """Of the places torch reported, the one tied to a cause: in the cause's file, the nearest at or
     above its line; else the only one the run has."""
@@ -337,6 +361,8 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     shapes = {c.shape for c in changes}
     branch = (_branch_of(table, cause) if shapes & {GRAPH_SWAPPED, GRAPH_REARRANGED} or
               (None in shapes and any(len(v) > 1 for v in variants.values())) else None)
+    if branch is None and GRAPH_EXTRA in shapes:
+        branch = _side_first_taken(table, cause)
     if branch is not None:
         cause.source = branch  # torch's own report of the branch beats the line a node traceback names
     sizes = [c.nodes_before for c in changes[:1]] + [c.nodes_after for c in changes]
@@ -1381,6 +1407,10 @@ def _structure(cause: Cause, cwd: str) -> Words:
                    + (f" ({sizes} autograd nodes)" if sizes else "")
                    + ": the backward's size follows a loop whose trip count changes per step (a sequence or episode "
                    "length, a number of loss terms).")
+    elif shape == GRAPH_EXTRA and facts.get("branch") is not None:
+        why.append("Each capture adds (or drops) nodes the graph before it had none of, in a step whose forward took a side of "
+                   "that branch (a graph break, \"Data-dependent branching\") for the first time: Dynamo compiled that side's "
+                   "resume function then, and each side builds other autograd nodes.")
     elif shape == GRAPH_EXTRA:
         why.append("Each capture adds (or drops) nodes the graph before it had none of: ops that run on some steps only "
                    "(a loss term, a branch with no else).")
@@ -1457,7 +1487,11 @@ def _structure(cause: Cause, cwd: str) -> Words:
     elif facts.get("stabilised"):
         why.append("Nothing urgent: each distinct structure is captured once and then reused.")
         fix = []
-        if shape == GRAPH_EXTRA:
+        if shape == GRAPH_EXTRA and facts.get("branch") is not None:
+            fix.append(f"Computing both sides of the branch at {format_source(facts['branch'], cwd)} and selecting with "
+                       "torch.where (`torch.where(cond, a, b)`, the condition a tensor) keeps a single graph, and removes the "
+                       "graph break: Dynamo then compiles the forward whole.")
+        elif shape == GRAPH_EXTRA:
             fix.append("If a branch adds the ops, computing them on every step and weighting them by zero where they are "
                        "not wanted (torch.where) keeps a single graph.")
         elif compiled_phase:

@@ -371,3 +371,56 @@ def test_a_value_dynamo_carried_across_a_graph_break_is_said_to_be_dynamos_name(
     other = _resume_why({**facts, "guard": "___stack1 == 3", "break_reason": "call to print"}, "/w")
     assert "`___stack1` is no variable of yours" in other and ".item()" not in other, other
     assert "no variable of yours" not in _resume_why({**facts, "guard": "split == 'warmup'"}, "/w")
+
+
+def test_a_backward_that_gains_nodes_when_a_data_dependent_branch_first_takes_its_other_side_names_the_branch(tmp_path):
+    """`if h.mean() > 0.3: return self.b(h)` / `return self.c(h) * 0.5` in a compiled forward:
+    Dynamo breaks the graph on the branch and compiles each side's resume function (its code from
+    the branch's line on) when a step first takes it; the backward then has other nodes, captured
+    once more. The words said only "ops that run on some steps only (a loss term, a branch with no
+    else)" and to weight by zero; they name torch's branch and the torch.where that keeps one graph.
+    A capture in a step where no side's resume function was first compiled keeps the old words.
+    Hand-built as `cagtool run --modes ca --backend eager` recorded it (torch 2.13)."""
+    from cagtool.record.loader import ModeRecord
+    from cagtool.record.manifest import ModeManifest
+    from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, CAGraphEvent, DynamoCompileEvent, GraphBreakEvent, StepEvent
+
+    call = SourceRef(file="/proj/datadep.py", line=18, code="loss.backward()", function="<module>", how="backward_call", via="")
+
+    def capture(ca_id: int, step: int, node: str, node_call: int, nodes: list[str]) -> list:
+        message = f"Cache miss due to new autograd node: {node} (NodeCall {node_call}) with key size 39, previous key sizes=[]"
+        return [(CacheMissEvent, {"ca_id": ca_id, "compile_id": f"!{ca_id}", "step": step, "miss_kind": "new_node", "message": message,
+                                  "node": node, "node_call": node_call, "key_size": 39, "source": call, "backward_call": call}),
+                (CAGraphEvent, {"ca_id": ca_id, "compile_id": f"!{ca_id}", "step": step, "node_count": 10, "op_histogram": {},
+                                "autograd_nodes": [AutogradNodeRef(i, n) for i, n in enumerate(nodes)], "aot_ids": [], "hooks": [],
+                                "num_sizes": 0, "capture_s": 0.01, "code_file": f"graphs/ca_{ca_id}.py", "nodes_file": f"graphs/ca_{ca_id}.json"})]
+
+    def frame(compile_id: str, step: int, name: str, line: int) -> tuple:
+        return (DynamoCompileEvent, {"compile_id": compile_id, "is_ca_graph": False, "step": step, "co_name": name,
+                                     "co_filename": "/proj/datadep.py", "co_firstlineno": line})
+
+    def words(side_step: int | None) -> tuple[str, str]:
+        events = [(GraphBreakEvent, {"compile_id": "0/0", "step": 0, "reason": "Data-dependent branching", "file": "/proj/datadep.py",
+                                     "line": 9, "code": "if h.mean() > 0.3:"}),
+                  frame("0/0", 0, "forward", 7), frame("1/0", 0, "torch_dynamo_resume_in_forward_at_9", 9),
+                  *capture(0, 0, "torch::autograd::GraphRoot", 0, ["torch::autograd::GraphRoot", "MseLossBackward0", "MulBackward0",
+                                                                  "AddmmBackward0", "TBackward0", "ReluBackward0", "AddmmBackward0"])]
+        if side_step is not None:
+            events.append(frame("3/0", side_step, "torch_dynamo_resume_in_forward_at_9", 9))
+        events += capture(1, 1, "AddmmBackward0", 2, ["torch::autograd::GraphRoot", "MseLossBackward0", "AddmmBackward0", "TBackward0",
+                                                      "ReluBackward0", "AddmmBackward0"])
+        built = [cls(seq=seq, t=0.01 * seq, **fields) for seq, (cls, fields) in enumerate(events)]
+        built += [StepEvent(seq=len(built) + s, t=1.0 + s, step=s, backward_s=0.01, ca_captures=0, boundary="optimizer") for s in range(20)]
+        manifest = ModeManifest(mode="ca", argv=["datadep.py"], target={"kind": "script", "name": "datadep.py"}, cwd="/proj", versions={},
+                                backend="eager", dynamic=False, started_at="2026-01-01T00:00:00+00:00", status="finished", exit_code=0)
+        table = recompile_table(ModeRecord(path=tmp_path / "ca", manifest=manifest, events=built))
+        (cause,) = explain(table).causes
+        said = cause_words(cause, "/proj")
+        return " ".join(said.why), " ".join(said.fix)
+
+    why, fix = words(side_step=1)
+    assert "in a step whose forward took a side of that branch (a graph break, \"Data-dependent branching\") for the first time" in why, why
+    assert fix.startswith("Computing both sides of the branch at datadep.py:9") and "torch.where(cond, a, b)" in fix, fix
+    why, fix = words(side_step=None)  # no side first taken in the capture's step: not tied to the branch
+    assert "ops that run on some steps only (a loss term, a branch with no else)" in why, why
+    assert fix.startswith("If a branch adds the ops"), fix

@@ -59,9 +59,49 @@ def test_a_job_failing_only_under_compiled_autograd_is_said_so(record_run):
     """sparse_backward.py runs in eager and aot and fails in ca (torch's compile of the CA graph): the
     headline says it fails only with compiled autograd on, never that the failure is torch.compile's."""
     run = record_run(str(ROOT / "tests" / "scripts" / "sparse_backward.py"), modes="ca", backend="aot_eager")
-    headline = cagtool_in_process("summary", run.path).stdout.splitlines()[0]
+    headline, advice = cagtool_in_process("summary", run.path).stdout.splitlines()[:2]
     assert "eager and aot ran and ca failed: the job fails only with compiled autograd on" in headline, headline
     assert "torch.compile's" not in headline
+    # What to do starts with the failure, and how to keep compiled autograd off that backward.
+    assert advice.startswith("what to do: the failure first: compiled autograd fails on this job's backward, which "
+                             "torch.compile alone runs"), advice
+    assert "torch._dynamo.compiled_autograd._disable() around it" in advice, advice
+
+
+@pytest.mark.slow  # reads the recording of the test above
+def test_a_ca_failure_beside_aot_alone_is_compiled_autograds_too(record_run, tmp_path):
+    """Recorded with `--modes aot,ca` (no eager): torch.compile alone ran the job and compiled
+    autograd failed, which is as much its failure as with eager beside them; it read as no one's."""
+    import json
+    import shutil
+
+    from conftest import private_copy
+
+    run = private_copy(record_run(str(ROOT / "tests" / "scripts" / "sparse_backward.py"), modes="ca", backend="aot_eager").path,
+                       tmp_path / "run")
+    meta = json.loads((run / "run.json").read_text())
+    meta["modes"] = [m for m in meta["modes"] if m != "eager"]
+    (run / "run.json").write_text(json.dumps(meta))
+    shutil.rmtree(run / "eager")
+    headline, advice = cagtool_in_process("summary", run).stdout.splitlines()[:2]
+    assert "aot ran and ca failed: the job fails only with compiled autograd on" in headline and "eager and aot" not in headline, headline
+    assert advice.startswith("what to do: the failure first: compiled autograd fails on this job's backward"), advice
+
+
+def test_what_to_do_where_compiled_autograd_fails_on_one_ops_backward():
+    """An LSTM tagger over pack_padded_sequence: torch.compile alone ran it, and compiled autograd's
+    capture failed at PackPaddedSequenceBackward0 (its backward reads the batch sizes' data, which a
+    fake tensor has none of). The same job on the padded batch, the padding's targets ignored, ran
+    under compiled autograd, and so did the packed one with its backward under _disable()."""
+    from cagtool.report.compare.headline import ca_fails_fix
+
+    packed = ca_fails_fix("PackPaddedSequenceBackward0")
+    assert packed.startswith("the failure first: compiled autograd cannot run the backward of PackPaddedSequenceBackward0, "
+                             "which torch.compile alone runs"), packed
+    assert "run the RNN on the padded batch, the loss ignoring the padding (ignore_index, or a mask), instead of " \
+           "pack_padded_sequence; or keep compiled autograd off that backward (torch._dynamo.compiled_autograd._disable()" in packed, packed
+    other = ca_fails_fix("SomeOpBackward0")
+    assert ": another op for the same work, or keep compiled autograd off that backward" in other and "RNN" not in other, other
 
 
 @pytest.mark.slow  # two torch processes

@@ -540,6 +540,28 @@ COMPILE_USE_FAILS_FIX = ("the failure first: the job fails where it uses what to
                          "(saving or loading the compiled module, reading its class or attributes: the aot mode's exception, "
                          "where `cagtool summary` shows it raised)")
 CA_FAILS = "eager and aot ran and ca failed: the job fails only with compiled autograd on"
+# What to do where compiled autograd fails on one op's backward that torch.compile alone runs.
+# Known ops' other way of doing the same work, checked under compiled autograd on torch 2.13.
+_CA_NODE_WORKAROUNDS = {
+    # an LSTM tagger: packed, the capture fails (its backward reads the batch sizes' data, which
+    # a fake tensor has none of); on the padded batch with the padding's targets ignored, it runs
+    "PackPaddedSequenceBackward0": "run the RNN on the padded batch, the loss ignoring the padding (ignore_index, or a mask), "
+                                   "instead of pack_padded_sequence",
+}
+
+
+def ca_fails_fix(node: str | None) -> str:
+    """What to do first where only the ca mode failed: the failing op's backward where torch's
+    error names it, its known way round, and how to keep compiled autograd off it meanwhile."""
+    if node is None:
+        return ("the failure first: compiled autograd fails on this job's backward, which torch.compile alone runs (the ca "
+                "mode's exception, in `cagtool summary`); report it to PyTorch with that error, and keep compiled autograd off "
+                "that backward meanwhile (torch._dynamo.compiled_autograd._disable() around it)")
+    other = _CA_NODE_WORKAROUNDS.get(node)
+    way = (f": {other}" if other else ": another op for the same work, or")
+    return (f"the failure first: compiled autograd cannot run the backward of {node}, which torch.compile alone runs (the ca "
+            f"mode's exception, in `cagtool summary`){way}{'; or' if other else ''} keep compiled autograd off that backward "
+            "(torch._dynamo.compiled_autograd._disable() around it), and report it to PyTorch with the error")
 # A failure for want of memory or disk is the machine's as much as the mode's: the compiled job may
 # need more, or the machine had less when it ran; one run does not say which.
 _SHORT_OF = (("memory", re.compile(r"MemoryError|OutOfMemoryError|out of memory|can't allocate memory|cannot allocate memory", re.I)),
@@ -567,14 +589,15 @@ def _failure_blame(comparison: Comparison) -> str:
     ran = {name for name, column in comparison.modes.items() if name not in hit and column.metrics is not None}
     if "eager" in ran and "aot" in failed:
         blamed, words = "aot", COMPILE_FAILS
-    elif {"eager", "aot"} <= ran and "ca" in failed:
-        blamed, words = "ca", CA_FAILS
+    elif "aot" in ran and "ca" in failed and "eager" not in hit:
+        # torch.compile alone ran it: compiled autograd is what differs (eager not recorded, or ran)
+        blamed, words = "ca", CA_FAILS if "eager" in ran else CA_FAILS.replace("eager and aot ran", "aot ran", 1)
     else:
         return ""
     short = _short_of(comparison.modes[blamed].failures)
     if short is None:
         return words
-    others = "eager ran" if blamed == "aot" else "eager and aot ran"
+    others = "eager ran" if blamed == "aot" else words.split(" and ca failed")[0]
     return (f"{others} and {blamed} ran out of {short}: whose failure that is, one run does not say (the compiled job may need "
             f"more {short} than eager, or the machine had less when it ran)")
 
@@ -789,6 +812,10 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     if blame == COMPILE_FAILS:  # the job does not run under torch.compile: that first
         outside = all(f.in_compiler is False for f in comparison.modes["aot"].failures)
         fix = COMPILE_USE_FAILS_FIX if outside else COMPILE_FAILS_FIX
+        advice, details = (f"{fix}; then {advice}", details) if advice else (fix, "summary")
+    elif blame.endswith(CA_FAILS.split(": ", 1)[1]):  # only compiled autograd fails: what it fails on, first
+        nodes = {f.ca_node for f in comparison.modes["ca"].failures}
+        fix = ca_fails_fix(nodes.pop() if len(nodes) == 1 else None)
         advice, details = (f"{fix}; then {advice}", details) if advice else (fix, "summary")
     if skipped is not None:  # before anything else: the module was never compiled
         fix = f"compile it: {skipped[0].fix}"

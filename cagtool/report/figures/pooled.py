@@ -84,6 +84,9 @@ class ModeFailure:
     # _inductor on its traceback), not where the script used what torch.compile returned (a torch.load
     # of a compiled module's pickle after training); None where no traceback was kept
     in_compiler: bool | None = None
+    # The autograd node compiled autograd's graph failed on, where torch's error names one
+    # (`PackPaddedSequenceBackward0`): the op whose backward compiled autograd cannot run
+    ca_node: str | None = None
 
     def describe(self) -> str:
         if self.not_run:
@@ -163,6 +166,7 @@ def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not
         # one still "running" is being written now, or its process ran where this host cannot look.
         return ModeFailure(name, STATUS_RUNNING, code, f"its record is not finished: the process is still running, or it was "
                                                        f"killed on a host this one cannot look at{signal_note}")
+    node = None
     if manifest.exception is not None:
         exc = manifest.exception
         first_line = (exc.message or "").strip().splitlines()[0] if (exc.message or "").strip() else ""
@@ -177,7 +181,8 @@ def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not
     # trust the source\x1b[0m"): one plain line wherever it goes, the JSON headline included.
     trace = manifest.exception.traceback if manifest.exception is not None else ""
     in_compiler = bool(_COMPILER_FRAME.search(trace)) if trace else None
-    return ModeFailure(name, manifest.status, code, safe_line(reason), in_compiler=in_compiler)
+    return ModeFailure(name, manifest.status, code, safe_line(reason), in_compiler=in_compiler,
+                       ca_node=safe_line(node) if node else None)
 
 
 _COMPILER_FRAME = re.compile(r"torch[/\\]_(dynamo|functorch|inductor)[/\\]")

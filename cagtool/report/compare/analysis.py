@@ -862,6 +862,19 @@ def _drift(sample: NumericsSample, reference: NumericsSample, drift: LossDrift, 
     return drift_words(drift, early[0], check.params), drift.left_tight, None
 
 
+def _parting_words(record: str, other: str, drift: LossDrift) -> str | None:
+    """"ca's losses agree with aot's bit for bit for the first 20 steps, then part growing past 1e-05
+    (no jump)": losses that agreed to round-off over two steps or more and parted growing, not at a
+    jump (compare/drift.py), as round-off amplified by training parts them; None otherwise."""
+    from cagtool.report.compare.drift import DRIFT_RTOL
+
+    if drift.tight_steps < 2 or drift.jumped:
+        return None
+    to = "bit for bit" if drift.tight_worst == 0 else f"to {drift.tight_worst:.0e}"
+    return (f"{record}'s losses agree with {other}'s {to} for the first {drift.tight_steps} steps, then part growing past "
+            f"{DRIFT_RTOL:g} (no jump)")
+
+
 def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, drift: LossDrift) -> tuple[int, str] | None:
     """For a ca mode whose CA graphs Inductor compiled, whose losses differ from eager's beyond `tol`
     but agreed to round-off over its first steps and parted growing, not at a jump
@@ -870,14 +883,13 @@ def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, d
     model at a high learning rate) parts within a few steps; its ca mode on `--backend eager`
     (the CA graphs run by aten's kernels, as eager's) matches eager bit for bit. (The first step
     beyond round-off, the words), or None."""
-    from cagtool.report.compare.drift import DRIFT_RTOL, DRIFT_STEPS
+    from cagtool.report.compare.drift import DRIFT_STEPS
 
     against = base_mode(reference.record)
     if not sample.ca_inductor or against not in ("eager", "aot"):
         return None
-    if drift.tight_steps < 2 or drift.jumped or drift.parted_at is None:
+    if drift.parted_at is None or (parting := _parting_words(sample.record, reference.record, drift)) is None:
         return None
-    to = "bit for bit" if drift.tight_worst == 0 else f"to {drift.tight_worst:.0e}"
     short = (f"{drift.tight_steps} steps are fewer than the {DRIFT_STEPS} that tell it from an error"
              if drift.tight_steps < DRIFT_STEPS else "no gradient check among those steps tells it from an error")
     # Against aot both backwards are Inductor's, compiled apart (aot's AOT backward graphs, ca's CA
@@ -886,8 +898,7 @@ def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, d
                f"Inductor's kernels (which compiled {reference.record}'s backward graphs and {sample.record}'s CA graphs apart, "
                "each fused its own way)")
     parity = "" if against == "eager" else " (with --parity where the compiled graphs draw random numbers: dropout)"
-    return FIRST_STEP + drift.tight_steps, (f"{sample.record}'s losses agree with {reference.record}'s {to} for the first {drift.tight_steps} steps, then "
-            f"part growing past {DRIFT_RTOL:g} (no jump), beyond the tolerance from step {drift.parted_at}: what round-off "
+    return FIRST_STEP + drift.tight_steps, (f"{parting}, beyond the tolerance from step {drift.parted_at}: what round-off "
             f"of {kernels} looks like once training amplifies it, but "
             f"{short}. To tell, record it without Inductor: cagtool run --modes eager,ca --backend eager{parity}, the same script "
             "and arguments (its CA graphs then run eager's kernels: agreement there puts the difference in Inductor's "
@@ -900,19 +911,15 @@ def _compilers_rounding(diff: NumericsDiff, sample: NumericsSample, aot: Numeric
     agreed to round-off over the first steps and parted growing, not at a jump, are what the two
     compilers' rounding looks like once training amplifies it (word_language_model's Transformer at
     lr 5: bit for bit for 20 steps, 5e-2 apart by step 91), not yet compiled autograd's error."""
-    from cagtool.report.compare.drift import DRIFT_RTOL
-
     if diff.quantity != LOSS or diff.agrees or diff.jumped_at is not None or diff.parts_growing_from is not None:
         return diff
     drift = loss_drift(sample.losses, aot.losses, 0.0, 0.0)
-    if drift.tight_steps < 2 or drift.jumped or drift.tight_steps >= drift.compared:
+    if drift.tight_steps >= drift.compared or (parting := _parting_words(sample.record, aot.record, drift)) is None:
         return diff
-    to = "bit for bit" if drift.tight_worst == 0 else f"to {drift.tight_worst:.0e}"
     ca, theirs = compilers
     like = "inductor (the default)" if theirs == "Inductor" else "the script's backend (eager or aot_eager)"
     return replace(diff, parts_growing_from=FIRST_STEP + drift.tight_steps, note=(
-        f"{sample.record}'s losses agree with {aot.record}'s {to} for the first {drift.tight_steps} steps, then part growing "
-        f"past {DRIFT_RTOL:g} (no jump): what round-off looks like once training amplifies it, and the two backwards were "
+        f"{parting}: what round-off looks like once training amplifies it, and the two backwards were "
         f"compiled apart ({sample.record}'s CA graphs by {ca}, {aot.record}'s backward by {theirs}), which round otherwise. "
         f"To compare like with like, record with --backend {like}, the same script and arguments"))
 

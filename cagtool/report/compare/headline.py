@@ -550,9 +550,14 @@ _CA_NODE_WORKAROUNDS = {
 }
 
 
-def ca_fails_fix(node: str | None) -> str:
+def ca_fails_fix(node: str | None, in_compiler: bool | None = None) -> str:
     """What to do first where only the ca mode failed: the failing op's backward where torch's
-    error names it, its known way round, and how to keep compiled autograd off it meanwhile."""
+    error names it, its known way round, and how to keep compiled autograd off it meanwhile.
+    `in_compiler` False: no frame of torch's compiler on the exception's traceback, the job's own
+    code raised it (what it does differs under compiled autograd: a hook it traces, say)."""
+    if in_compiler is False:
+        return ("the failure first: the ca mode's exception was raised in the job's own code, not in torch's compiler (where, "
+                "in `cagtool summary`): code that runs otherwise with compiled autograd on, such as a backward hook it traces")
     if node is None:
         return ("the failure first: compiled autograd fails on this job's backward, which torch.compile alone runs (the ca "
                 "mode's exception, in `cagtool summary`); report it to PyTorch with that error, and keep compiled autograd off "
@@ -814,8 +819,10 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         fix = COMPILE_USE_FAILS_FIX if outside else COMPILE_FAILS_FIX
         advice, details = (f"{fix}; then {advice}", details) if advice else (fix, "summary")
     elif blame.endswith(CA_FAILS.split(": ", 1)[1]):  # only compiled autograd fails: what it fails on, first
-        nodes = {f.ca_node for f in comparison.modes["ca"].failures}
-        fix = ca_fails_fix(nodes.pop() if len(nodes) == 1 else None)
+        failures = comparison.modes["ca"].failures
+        nodes = {f.ca_node for f in failures}
+        outside = False if all(f.in_compiler is False for f in failures) else None
+        fix = ca_fails_fix(nodes.pop() if len(nodes) == 1 else None, outside)
         advice, details = (f"{fix}; then {advice}", details) if advice else (fix, "summary")
     if skipped is not None:  # before anything else: the module was never compiled
         fix = f"compile it: {skipped[0].fix}"

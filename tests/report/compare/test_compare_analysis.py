@@ -590,6 +590,10 @@ breaks; compile aot 1.5 s, ca 1.6 s; first step aot 1.0 s, ca 1.0 s; peak memory
 100.0 MiB; compiled autograd: 1.60x the speed of torch.compile alone, inconclusive (90% CI
 0.60x-4.25x, one process per mode: run-to-run noise assumed, not measured; run --repeat 5 to resolve
 it); numerics agree.
+what to do: the failure first: compiled autograd fails on this job's backward, which torch.compile
+alone runs (the ca mode's exception, in `cagtool summary`); report it to PyTorch with that error,
+and keep compiled autograd off that backward meanwhile (torch._dynamo.compiled_autograd._disable()
+around it)
 Modes side by side: train.py
 ┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┓
 ┃                                  ┃             eager ┃              aot ┃               ca ┃

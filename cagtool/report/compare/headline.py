@@ -540,6 +540,7 @@ COMPILE_USE_FAILS_FIX = ("the failure first: the job fails where it uses what to
                          "(saving or loading the compiled module, reading its class or attributes: the aot mode's exception, "
                          "where `cagtool summary` shows it raised)")
 CA_FAILS = "eager and aot ran and ca failed: the job fails only with compiled autograd on"
+CA_FAILS_BESIDE_AOT = CA_FAILS.replace("eager and aot ran", "aot ran", 1)  # a run recorded without eager
 # What to do where compiled autograd fails on one op's backward that torch.compile alone runs.
 # Known ops' other way of doing the same work, checked under compiled autograd on torch 2.13.
 _CA_NODE_WORKAROUNDS = {
@@ -583,7 +584,8 @@ def _short_of(failures: tuple[Any, ...]) -> str | None:
 
 def _failure_blame(comparison: Comparison) -> str:
     """Whose failure a failed mode's is, where the other modes ran to their end: COMPILE_FAILS where
-    eager finished and aot failed, CA_FAILS where eager and aot finished and ca failed; "" otherwise
+    eager finished and aot failed, CA_FAILS where eager and aot finished and ca failed (CA_FAILS_BESIDE_AOT
+    where the run recorded no eager: torch.compile alone ran it, compiled autograd is what differs); "" otherwise
     (a mode stopped, killed, not run, or eager failing too: the job's own failure). Under --repeat a
     mode failed where every repetition of it did (one that ran too is no failure of the job's under it).
     A mode that ran out of memory or disk is said so, whose failure left open."""
@@ -596,7 +598,7 @@ def _failure_blame(comparison: Comparison) -> str:
         blamed, words = "aot", COMPILE_FAILS
     elif "aot" in ran and "ca" in failed and "eager" not in hit:
         # torch.compile alone ran it: compiled autograd is what differs (eager not recorded, or ran)
-        blamed, words = "ca", CA_FAILS if "eager" in ran else CA_FAILS.replace("eager and aot ran", "aot ran", 1)
+        blamed, words = "ca", CA_FAILS if "eager" in ran else CA_FAILS_BESIDE_AOT
     else:
         return ""
     short = _short_of(comparison.modes[blamed].failures)
@@ -818,7 +820,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         outside = all(f.in_compiler is False for f in comparison.modes["aot"].failures)
         fix = COMPILE_USE_FAILS_FIX if outside else COMPILE_FAILS_FIX
         advice, details = (f"{fix}; then {advice}", details) if advice else (fix, "summary")
-    elif blame.endswith(CA_FAILS.split(": ", 1)[1]):  # only compiled autograd fails: what it fails on, first
+    elif blame in (CA_FAILS, CA_FAILS_BESIDE_AOT):  # only compiled autograd fails: what it fails on, first
         failures = comparison.modes["ca"].failures
         nodes = {f.ca_node for f in failures}
         outside = False if all(f.in_compiler is False for f in failures) else None

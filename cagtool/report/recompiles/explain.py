@@ -3197,7 +3197,7 @@ def _collator_fix(before: int, after: int) -> str:
     lead = "HF Trainer's batches are padded by its data_collator, each to its longest (its default with a tokenizer): "
     up = [-(-n // 8) * 8 for n in (before, after)]
     if up == [before, after]:  # already padded to a multiple (pad_to_multiple_of=8 on the collator)
-        return (f"{lead}{fixed}, which removes this size guard. The lengths {before} and {after} are multiples of 8 "
+        return (f"HF Trainer's batches are padded by its data_collator: {fixed}, which removes this size guard. The lengths {before} and {after} are multiples of 8 "
                 "already (a collator with pad_to_multiple_of): two lengths, and Dynamo recompiles at a second length "
                 "whatever it is. A collate function of your own can pad to one fixed length the same way.")
     if up[0] != up[1]:

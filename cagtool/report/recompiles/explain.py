@@ -3944,7 +3944,8 @@ def _resume_why(facts: dict[str, Any], cwd: str) -> str:
     another = (" Its first compile was for one kind of call reaching that line; this call is another."
                if facts.get("kind") in _ANOTHER_CALL_KINDS else "")
     carried = ""
-    if (stack := _STACK_VALUE.search(facts.get("guard") or "")) is not None:
+    if facts.get("kind") != GUARD_SIZE and (stack := _STACK_VALUE.search(facts.get("guard") or "")) is not None:
+        # (a size guard's own fix says it: "`___stack0` is no variable of yours: ...", _guard_fixes)
         # `___stack0 == 0.2468`: the value of the call Dynamo broke on (a Tensor.item()), passed to the resume frame
         number = re.fullmatch(r"___stack0 == -?[\d.]+(?:e[-+]?\d+)?", (facts.get("guard") or "").strip())
         returned = (" (here, a number: what the `.item()` Dynamo broke on returned)"

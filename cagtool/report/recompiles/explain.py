@@ -3188,26 +3188,28 @@ def _hook_out_of_dynamo(facts: dict[str, Any], code: str) -> list[str]:
 
 def _collator_fix(before: int, after: int) -> str:
     """The fix of a length HF Trainer's data_collator pads each batch to (a recompile from `before`
-    to `after`). transformers + torch 2.13, checked on HF Trainer jobs with dynamic padding: with
+    to `after`). transformers 5.25 + torch 2.13, checked on HF Trainer jobs with dynamic padding: with
     pad_to_multiple_of=8 a recompile from 29 to 30 (both 32) was gone, one from 46 to 59 (48 and
-    64) stayed, as Dynamo recompiles at a second length whatever it is; padding="max_length" removed
-    both (only a guard that failed beside the size's was left)."""
-    fixed = ('DataCollatorWithPadding(tokenizer, padding="max_length", max_length=N) pads every batch to one length N '
-             "(at least the longest the tokenizer keeps: its max_length where it truncates)")
-    lead = "HF Trainer's batches are padded by its data_collator, each to its longest (its default with a tokenizer): "
+    64) stayed, as Dynamo recompiles at a second length whatever it is; one length removed both (a
+    BERT classifier's DataCollatorWithPadding(padding="max_length"): only a guard that failed beside
+    the size's was left; a GPT-2's texts tokenized with padding="max_length" under
+    DataCollatorForLanguageModeling, which takes no padding of its own: 7 recompiles -> 0)."""
+    one = ('pad every batch to one length N, which removes this size guard: padding="max_length", max_length=N where the '
+           'texts are tokenized (N at least the longest kept: the truncation length), or as DataCollatorWithPadding\'s or '
+           "DataCollatorForSeq2Seq's arguments (DataCollatorForLanguageModeling takes neither: pad where the texts are tokenized)")
+    lead = "HF Trainer's batches are padded by its data_collator, each to its longest (its default): "
     up = [-(-n // 8) * 8 for n in (before, after)]
     if up == [before, after]:  # already padded to a multiple (pad_to_multiple_of=8 on the collator)
-        return (f"HF Trainer's batches are padded by its data_collator: {fixed}, which removes this size guard. The lengths {before} and {after} are multiples of 8 "
-                "already (a collator with pad_to_multiple_of): two lengths, and Dynamo recompiles at a second length "
+        return (f"HF Trainer's batches are padded by its data_collator: {one}. The lengths {before} and {after} are multiples "
+                "of 8 already (a collator with pad_to_multiple_of): two lengths, and Dynamo recompiles at a second length "
                 "whatever it is. A collate function of your own can pad to one fixed length the same way.")
     if up[0] != up[1]:
-        return (f"{lead}{fixed}, which removes this size guard. pad_to_multiple_of=8 does not: it rounds {before} and {after} "
-                f"up to {up[0]} and {up[1]}, still two lengths, and Dynamo recompiles at a second length whatever it is. "
-                "A collate function of your own can pad to one fixed length the same way.")
-    return (f"{lead}DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8) as the Trainer's data_collator rounds {before} "
-            f"and {after} up to {up[0]}, one length, which removes this size guard where every batch rounds to it (one that "
-            f"rounds to another length still recompiles once); {fixed} leaves no other length. A collate function of "
-            "your own can pad the same way.")
+        return (f"{lead}{one}. pad_to_multiple_of=8 does not: it rounds {before} and {after} up to {up[0]} and {up[1]}, still "
+                "two lengths, and Dynamo recompiles at a second length whatever it is. A collate function of your own can pad "
+                "to one fixed length the same way.")
+    return (f"{lead}pad_to_multiple_of=8 on the data_collator (every HF collator takes it) rounds {before} and {after} up to "
+            f"{up[0]}, one length, which removes this size guard where every batch rounds to it (one that rounds to another "
+            f"length still recompiles once); to leave no other length, {one}. A collate function of your own can pad the same way.")
 
 
 def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -> list[str]:

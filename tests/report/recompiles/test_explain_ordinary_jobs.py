@@ -267,7 +267,8 @@ def test_a_length_padded_by_hf_trainers_collator_is_told_the_padding_that_remove
     """A sequence length that changed in a forward HF Trainer calls (`via` transformers/): the
     collator pads each batch to its longest. DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)
     removes the length's recompile only where the two lengths round to one multiple (29 and 30);
-    padding="max_length" removes it either way. A script's own call keeps the generic advice (mark
+    padding="max_length" removes it either way, where the texts are tokenized (every collator) or as
+    the padding collators' arguments. A script's own call keeps the generic advice (mark
     dynamic; pad or bucket)."""
     guard = "tensor 'kwargs['input_ids']' size mismatch at index 1. expected 29, actual 30"
 
@@ -276,18 +277,20 @@ def test_a_length_padded_by_hf_trainers_collator_is_told_the_padding_that_remove
         return " ".join(_guard_fixes({"kind": GUARD_SIZE, "guard": guard, "caller": caller, "stabilised": True}, False, "", "/w"))
 
     trainer = fixes("transformers/trainer.py:2209")
-    assert "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8) as the Trainer's data_collator rounds 29 and 30 up to 32, one length" in trainer, trainer
-    assert 'padding="max_length", max_length=N) pads every batch to one length N' in trainer, trainer
+    assert "pad_to_multiple_of=8 on the data_collator (every HF collator takes it) rounds 29 and 30 up to 32, one length" in trainer, trainer
+    assert 'to leave no other length, pad every batch to one length N' in trainer, trainer
     # 46 -> 59 rounds to 48 and 64: the multiple leaves the recompile (an HF Trainer job whose texts
     # were 5-60 words: 4 recompiles with it as without), one fixed length removes it.
     guard = guard.replace("expected 29, actual 30", "expected 46, actual 59")
     trainer = fixes("transformers/trainer.py:2209")
-    assert ('DataCollatorWithPadding(tokenizer, padding="max_length", max_length=N) pads every batch to one length N (at least '
-            "the longest the tokenizer keeps: its max_length where it truncates), which removes this size guard. "
-            "pad_to_multiple_of=8 does not: it rounds 46 and 59 up to 48 and 64, still two lengths") in trainer, trainer
+    assert ('pad every batch to one length N, which removes this size guard: padding="max_length", max_length=N where the '
+            "texts are tokenized") in trainer, trainer
+    # A causal LM's DataCollatorForLanguageModeling takes no padding: the tokenizer's is named (GPT-2: 7 recompiles -> 0).
+    assert "DataCollatorForLanguageModeling takes neither: pad where the texts are tokenized" in trainer, trainer
+    assert "pad_to_multiple_of=8 does not: it rounds 46 and 59 up to 48 and 64, still two lengths" in trainer, trainer
     guard = guard.replace("expected 46, actual 59", "expected 48, actual 64")  # the same job with pad_to_multiple_of=8
     trainer = fixes("transformers/trainer.py:2209")
-    assert "which removes this size guard. The lengths 48 and 64 are multiples of 8 already" in trainer, trainer
+    assert "(DataCollatorForLanguageModeling takes neither: pad where the texts are tokenized). The lengths 48 and 64 are multiples of 8 already" in trainer, trainer
     assert "rounds" not in trainer, trainer
     script = fixes("")
     assert "DataCollatorWithPadding" not in script and "pad or bucket if it takes many values" in script, script

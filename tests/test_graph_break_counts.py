@@ -102,3 +102,26 @@ def test_a_break_dynamo_cannot_resume_after_is_counted_apart_and_gated(record_ru
     assert gate.returncode == 1, gate.stdout
     assert ("graph breaks 1 > 0 allowed (+1): 1 at lstm_unresumable.py:25: [GB0014] Attempted to wrap RNN, GRU, or LSTM "
             "(Dynamo could not resume after it") in " ".join(gate.stdout.split()), gate.stdout
+
+
+def test_a_break_it_could_not_resume_after_at_a_site_it_also_resumed_at_is_said_at_that_site(tmp_path):
+    """A tiny GPT-2 under HF Trainer (transformers 5.25): its logger call at modeling_utils.py:4824
+    broke the graph in five compiles and, in two more, Dynamo could not resume after it. One place,
+    one reason: one site, and the summary said "2 breaks it could not resume after at 0 sites". It
+    says they are at the same site. Hand-built as the ca mode recorded it (torch 2.13)."""
+    from conftest import cagtool_in_process
+    from event_records import line, write_run
+
+    place = {"file": "/venv/lib/python3.11/site-packages/transformers/modeling_utils.py", "line": 4824, "code": "logger.warning_once(msg)"}
+    said = ("logging.Logger method not supported for non-export cases\n  Explanation: logging.Logger methods are not supported "
+            "for non-export cases.\n  Hint: Add the logging method to `torch._dynamo.config.ignore_logging_functions`.")
+    resumed = "Encountered graph break when attempting to trace CALL: a function call, e.g. f(x, y):\n" + said
+    stopped = ("Encountered graph break that we cannot resume from. Compiling up to the previous resumable state, then skipping "
+               "the rest of the function. Graph break encountered:\n" + said)
+    events = [GraphBreakEvent(seq=n, t=0.01 * n, compile_id=cid, step=0, reason=reason, **place)
+              for n, (cid, reason) in enumerate([("0/0", resumed), ("1/0", resumed), ("2/0", stopped), ("2/1", stopped)])]
+    run = write_run(tmp_path / "run", {"aot": [line(e) for e in events]})
+    out = " ".join(cagtool_in_process("summary", str(run)).stdout.split())
+    # (no torch counters in a hand-built manifest: torch's count reads 0, its log's one site is named)
+    assert "and 2 breaks it could not resume after at the same site (the rest of the function ran eagerly" in out, out
+    assert "at 0 sites" not in out

@@ -545,9 +545,12 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     at = f" at {len(places)} site{'s' if len(places) != 1 else ''}" if places else ""
     if len({r.reason for r in reasons if set(r.places) - set(r.unresumable)}) > 1:
         at += f" for {len({r.reason for r in reasons if set(r.places) - set(r.unresumable)})} reasons"
-    unresumable = (f" and {plural(m.unresumable_breaks, 'break')} it could not resume after at {len(stopped)} "
-                   f"site{'s' if len(stopped) != 1 else ''} (the rest of the function ran eagerly; torch's graph-break count "
-                   "leaves them out)") if m.unresumable_breaks else ""
+    # A site is a (place, reason) pair: a break Dynamo could not resume after, logged at a place and
+    # for a reason it also broke and resumed at (GPT-2's logger call in transformers), is in that site.
+    stopped_at = (f"at {len(stopped)} site{'s' if len(stopped) != 1 else ''}" if stopped else
+                  "at the same site" if len(places) == 1 else "at sites among those")
+    unresumable = (f" and {plural(m.unresumable_breaks, 'break')} it could not resume after {stopped_at} (the rest of the "
+                   "function ran eagerly; torch's graph-break count leaves them out)") if m.unresumable_breaks else ""
     if places and not m.graph_breaks:
         # torch counted none, yet its log names a break (a data-dependent branch that made Dynamo
         # restart the frame's analysis): torch's count stands, and the log's sites are said as such.

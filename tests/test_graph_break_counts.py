@@ -125,3 +125,41 @@ def test_a_break_it_could_not_resume_after_at_a_site_it_also_resumed_at_is_said_
     # (no torch counters in a hand-built manifest: torch's count reads 0, its log's one site is named)
     assert "and 2 breaks it could not resume after at the same site (the rest of the function ran eagerly" in out, out
     assert "at 0 sites" not in out
+
+
+def test_a_known_library_break_is_told_what_removes_it_from_the_call_the_record_keeps(tmp_path):
+    """A tiny GPT-2 under HF Trainer (transformers 5.25): every compile of its forward broke the
+    graph on transformers' `logger.warning_once(` in `loss_function`, whose message (the call's next
+    line, which the record keeps as `rest`) says the model's loss_type is unset. `summary` says what
+    removes it (checked: graph breaks 4 -> 0 with `model.loss_type = "ForCausalLM"`); the same logger
+    call with another message, or the line alone, gets torch's hint only. The call's lines are read
+    as the capture reads them, from the file at the break."""
+    from conftest import cagtool_in_process
+    from event_records import line, write_run
+
+    from cagtool.capture.observe.torch_logs import _call_rest
+
+    source = tmp_path / "site-packages" / "transformers" / "modeling_utils.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("def loss_function(self):\n    if loss_type is None:\n        logger.warning_once(\n"
+                      '            f"`loss_type={loss_type}` was set in the config but it is unrecognized. "\n'
+                      '            f"Using the default loss: `ForCausalLM`."\n        )\n        loss_type = "ForCausalLM"\n')
+    rest = _call_rest(str(source), 3, "logger.warning_once(")
+    assert rest == ('f"`loss_type={loss_type}` was set in the config but it is unrecognized. " '
+                    'f"Using the default loss: `ForCausalLM`." )'), rest
+    assert _call_rest(str(source), 7, 'loss_type = "ForCausalLM"') == ""  # no call left open
+    reason = ("Encountered graph break when attempting to trace CALL: a function call, e.g. f(x, y):\nlogging.Logger method not "
+              "supported for non-export cases\n  Explanation: logging.Logger methods are not supported for non-export cases.\n"
+              "  Hint: Add the logging method to `torch._dynamo.config.ignore_logging_functions`.")
+
+    def summary(rest: str, name: str) -> str:
+        event = GraphBreakEvent(seq=0, t=0.0, compile_id="0/0", step=0, reason=reason, file=str(source), line=3,
+                                code="logger.warning_once(", rest=rest)
+        return " ".join(cagtool_in_process("summary", str(write_run(tmp_path / name, {"aot": [line(event)]}))).stdout.split())
+
+    said = summary(rest, "run")
+    assert ('what removes it: transformers warns in every compiled forward that the model\'s loss_type is unset (a model class '
+            'whose name names no loss, such as GPT2LMHeadModel), and Dynamo breaks the graph on that warning: set it before '
+            'training, `model.loss_type = "ForCausalLM"`') in said, said
+    assert "what removes it" not in summary('"`torch_dtype` is deprecated! Use `dtype` instead!")', "other")
+    assert "what removes it" not in summary("", "alone")

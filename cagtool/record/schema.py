@@ -467,6 +467,9 @@ class GraphBreakEvent(Event, tag="graph_break"):
     file: str = ""
     line: int | None = None
     code: str = ""
+    # The lines after `code` where the call it opens goes on (`logger.warning_once(` and its
+    # message's lines), joined, up to CALL_LINES of them: what the call says (empty: one line)
+    rest: str = ""
 
 
 class BackwardCompileEvent(Event, tag="backward_compile"):

@@ -1,7 +1,8 @@
 """What a process's exception means and what to do, for failures whose cause is known and outside
 the script's own code: read from the exception torch raised (type, message, traceback), pure text.
 Each explanation was checked by running the alternative it recommends (docs/torch-internals.md,
-"DeepSpeed")."""
+"DeepSpeed"). Also a library's graph break whose cause and removal are known (`library_break_fix`),
+read from the break's place and the call there as the record keeps them."""
 
 from __future__ import annotations
 
@@ -57,3 +58,25 @@ def explain(exception: Any) -> str:
     if "ConstraintViolationError" in text and _CA_INPUT_CONSTRAINT in text:
         return MARK_DYNAMIC_UNDER_CA
     return ""
+
+
+# transformers' PreTrainedModel.loss_function warns, on every call, that the model's loss_type is
+# unset where the model's class names no loss (GPT2LMHeadModel: loss_type None, its name holds no
+# "ForCausalLM"); Dynamo breaks the graph on the logger call in every compile of the forward. Set,
+# the warning's branch is never taken: a tiny GPT-2 under HF Trainer, graph breaks 4 -> 0
+# (transformers 5.25, torch 2.13; docs/torch-internals.md, "Graph breaks in libraries").
+_TRANSFORMERS_MODELING = "transformers/modeling_utils.py"
+LOSS_TYPE_UNSET = (
+    "transformers warns in every compiled forward that the model's loss_type is unset (a model class whose name names "
+    "no loss, such as GPT2LMHeadModel), and Dynamo breaks the graph on that warning: set it before training, "
+    '`model.loss_type = "ForCausalLM"` (the loss it falls back to), and the break goes'
+)
+
+
+def library_break_fix(file: str, code: str, rest: str) -> str | None:
+    """What removes a graph break at a library's line whose cause is known (`code` the line, `rest`
+    the call's continuation, as GraphBreakEvent keeps them); None for any other break."""
+    said = f"{code} {rest}"
+    if file.replace("\\", "/").endswith(_TRANSFORMERS_MODELING) and "warning_once(" in code and "`loss_type=" in said:
+        return LOSS_TYPE_UNSET
+    return None

@@ -26,6 +26,7 @@ from cagtool.record.schema import (
     DDPModelEvent,
     DynamoRecompileEvent,
     FindingEvent,
+    GraphBreakEvent,
     OptimizerStepEvent,
     SourceRef,
 )
@@ -597,6 +598,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         if reason.advice:
             # Torch's own advice for this break, on a line of its own: the line above may be cut.
             console.print(f"      torch's hint: {reason.advice}", overflow="fold", markup=False, highlight=False)
+        if (known := _library_fix(record, reason.places)) is not None:
+            console.print(f"      what removes it: {known}", overflow="fold", markup=False, highlight=False)
     if len(reasons) > GRAPH_BREAK_REASONS_SHOWN:
         console.print(f"    ... {len(reasons) - GRAPH_BREAK_REASONS_SHOWN} more reasons: cagtool summary --format json {run_dir}")
     dynamo_recompiles = record.of(DynamoRecompileEvent)
@@ -757,3 +760,15 @@ def next_steps(run_path: str) -> list[str]:
         f"cagtool diff-graphs {run_path}",
         f"cagtool compare {run_path}",
     ]
+
+
+def _library_fix(record: ModeRecord, places: tuple[tuple[str, int | None], ...]) -> str | None:
+    """What removes a library's graph break at one of `places` whose cause is known
+    (known_failures.library_break_fix), read from the break's logged line and call."""
+    from cagtool.report.known_failures import library_break_fix
+
+    wanted = set(places)
+    for event in record.of(GraphBreakEvent):
+        if (event.file, event.line) in wanted and (fix := library_break_fix(event.file, event.code, event.rest)) is not None:
+            return fix
+    return None

@@ -245,12 +245,13 @@ class StructuredLogHandler(logging.Handler):
         reason_lines = [l for l in lines if not l.startswith("Graph break in user code")][:4]
         reason = "\n".join(reason_lines).replace("Graph Break Reason: ", "", 1)
         file, line = where if where else ("", None)
-        code = ""
+        code = rest = ""
         if file and line:
             import linecache
 
             code = linecache.getline(file, line).strip()
-        self.writer.emit(GraphBreakEvent, compile_id=cid, step=step, reason=reason, file=file, line=line, code=code)
+            rest = _call_rest(file, line, code)
+        self.writer.emit(GraphBreakEvent, compile_id=cid, step=step, reason=reason, file=file, line=line, code=code, rest=rest)
 
 
 def guard_trace_output(on_stop: Callable[[dict[str, Any]], None]) -> None:
@@ -294,3 +295,27 @@ def guard_trace_output(on_stop: Callable[[dict[str, Any]], None]) -> None:
 
     handler.emit = guarded_emit
     handler.handleError = quiet_handle_error
+
+
+# A call left open at a graph break's line is read on, this many lines at most (GraphBreakEvent.rest).
+CALL_LINES = 4
+
+
+def _call_rest(file: str, line: int, code: str) -> str:
+    """The lines where a call opened at `line` goes on (`logger.warning_once(` then its message's
+    f-strings), joined, until its parentheses close or CALL_LINES lines; "" where `code` opens none."""
+    import linecache
+
+    depth = code.count("(") - code.count(")")
+    if depth <= 0:
+        return ""
+    taken = []
+    for n in range(line + 1, line + 1 + CALL_LINES):
+        text = linecache.getline(file, n).strip()
+        if not text:
+            break
+        taken.append(text)
+        depth += text.count("(") - text.count(")")
+        if depth <= 0:
+            break
+    return " ".join(taken)[:400]

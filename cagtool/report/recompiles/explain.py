@@ -3525,7 +3525,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                 fixes = [f"accelerate made the compile call{trainer} at {accelerate}, with torch.compile's dynamic unset: "
                          "ACCELERATE_DYNAMO_USE_DYNAMIC=1 in the job's environment (read when accelerate's dynamo plugin is made; "
                          "`accelerate launch --dynamo_use_dynamic`) compiles it with dynamic=True, every size dynamic from the first "
-                         + ("call: that removes this cause (the size guard), not the recompile: see what remains, below."
+                         + ("call: that removes this cause (the size guard), not the recompile, in which another guard failed too (\"What "
+                            "remains\" in `recompiles --explain`)."
                             if facts.get("none_guards_broken")
                             else "call, and this recompile goes.")]
             if caller is not None and caller.via and (not fixes or accelerate is not None):

@@ -154,6 +154,8 @@ def test_a_trainers_batches_padded_to_their_longest_are_sizes_that_vary_not_a_la
     assert root["compiled_by"]["via"].startswith("accelerate/accelerator.py:") and root["compiled_by"]["dynamic"] is None
     assert root["fix"][0].startswith("accelerate made the compile call (HF Trainer's, with torch_compile=True) at accelerate/accelerator.py:")
     assert "ACCELERATE_DYNAMO_USE_DYNAMIC=1" in root["fix"][0]
+    # It names what remains by its words: the headline's advice shows this fix alone, with nothing "below".
+    assert root["fix"][0].endswith('not the recompile, in which another guard failed too ("What remains" in `recompiles --explain`).')
     assert root["fix"][1].startswith("Or: the compiled call is a library's (transformers/trainer.py:") and "TORCH_COMPILE_DYNAMIC_SOURCES" in root["fix"][1]
     # The collator pads each batch to its longest: padded to one length, the length's guard goes.
     assert any('pad every batch to one length N, which removes this size guard: padding="max_length", max_length=N' in f

@@ -263,7 +263,7 @@ def test_a_tensor_no_module_holds_is_named_as_an_optimizers_only_when_one_steppe
 
 def test_a_complex_gradient_is_digested_from_its_real_and_imaginary_parts(digests):
     """A 1-D Fourier neural operator's spectral weights are complex parameters: their gradients were
-    left out as "no gradient" while the parity line said "all 13 parameters" of the 16. Digested
+    left out as "no gradient" while the parity line said "all 13 parameters" (3 of them not read). Digested
     as their real and imaginary parts, the norm is the complex gradient's; a conjugate view reads
     as the tensor it resolves to."""
     torch.manual_seed(0)

@@ -907,6 +907,12 @@ def fell_back_to_eager(reason: str) -> bool:
     return (reason or "").startswith(_FELL_BACK)
 
 
+def item_break(reason: str) -> bool:
+    """A graph break on `Tensor.item()` with torch._dynamo.config.capture_scalar_outputs off (torch
+    2.13-2.15: "Unsupported Tensor.item() call with capture_scalar_outputs=False")."""
+    return "capture_scalar_outputs=False" in reason
+
+
 def unresumable_break(reason: str) -> bool:
     """Dynamo could not resume after the break: the frame's graph ends there and the rest of the
     function runs eagerly; torch's graph-break counter leaves it out."""

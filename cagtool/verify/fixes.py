@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass, field
 
 from cagtool.capture.observe.torch_logs import pgo_dynamic_sources
-from cagtool.torch_text import GUARD_SIZE, size_or_stride_guard
+from cagtool.torch_text import GUARD_SIZE, item_break, size_or_stride_guard
 from cagtool.report.recompiles.explain import (
     CAUSE_DYNAMO_CA_GRAPH,
     CAUSE_DYNAMO_FRAME,
@@ -293,17 +293,13 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_sugge
     return fixes
 
 
-# torch's graph-break reason for `.item()` when capture_scalar_outputs is off (2.13-2.15)
-_ITEM_BREAK = "capture_scalar_outputs=False"
-
-
 def carried_item(cause: Cause) -> bool:
     """A frame that resumes after a graph break on `Tensor.item()`, recompiled on a value Dynamo
     carried across that break (`___stack0 == 0.2468`: what `.item()` returned): the break is the
     cause, and capture_scalar_outputs removes it (torch 2.13, itemfwd-shaped job: CA recompiles 1
     -> 1, Dynamo recompiles 2 -> 1, graph breaks 1 -> 0)."""
     return (cause.code == CAUSE_DYNAMO_FRAME and cause.facts.get("resume") is not None
-            and _ITEM_BREAK in (cause.facts.get("break_reason") or "") and stack_value(cause.facts.get("guard") or ""))
+            and item_break(cause.facts.get("break_reason") or "") and stack_value(cause.facts.get("guard") or ""))
 
 
 def patch_fix(patch: Patch) -> Fix:

@@ -100,7 +100,7 @@ def test_what_to_do_where_compiled_autograd_fails_on_one_ops_backward():
                              "which torch.compile alone runs"), packed
     assert "run the RNN on the padded batch, the loss ignoring the padding (ignore_index, or a mask), instead of " \
            "pack_padded_sequence; or keep compiled autograd off that backward (torch._dynamo.compiled_autograd._disable()" in packed, packed
-    own = ca_fails_fix("SomeOpBackward0", in_compiler=False)  # no compiler frame: the job's own code raised it
+    own = ca_fails_fix("SomeOpBackward0", outside=True)  # no compiler frame: the job's own code raised it
     assert own.startswith("the failure first: the ca mode's exception was raised in the job's own code") and "PyTorch" not in own, own
     other = ca_fails_fix("SomeOpBackward0")
     assert ": another op for the same work, or keep compiled autograd off that backward" in other and "RNN" not in other, other

@@ -551,12 +551,12 @@ _CA_NODE_WORKAROUNDS = {
 }
 
 
-def ca_fails_fix(node: str | None, in_compiler: bool | None = None) -> str:
+def ca_fails_fix(node: str | None, outside: bool = False) -> str:
     """What to do first where only the ca mode failed: the failing op's backward where torch's
     error names it, its known way round, and how to keep compiled autograd off it meanwhile.
-    `in_compiler` False: no frame of torch's compiler on the exception's traceback, the job's own
-    code raised it (what it does differs under compiled autograd: a hook it traces, say)."""
-    if in_compiler is False:
+    `outside`: no frame of torch's compiler on the exception's traceback (_raised_outside), the
+    job's own code raised it (what it does differs under compiled autograd: a hook it traces, say)."""
+    if outside:
         return ("the failure first: the ca mode's exception was raised in the job's own code, not in torch's compiler (where, "
                 "in `cagtool summary`): code that runs otherwise with compiled autograd on, such as a backward hook it traces")
     if node is None:
@@ -580,6 +580,12 @@ def _short_of(failures: tuple[Any, ...]) -> str | None:
         if all(pattern.search(f.reason) for f in failures):
             return what
     return None
+
+
+def _raised_outside(failures: tuple[Any, ...]) -> bool:
+    """Every failure's exception raised outside torch's compiler (no frame of it on the traceback
+    kept: ModeFailure.in_compiler False; a failure with no traceback kept is not)."""
+    return bool(failures) and all(f.in_compiler is False for f in failures)
 
 
 def _failure_blame(comparison: Comparison) -> str:
@@ -816,16 +822,15 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         if caveat:
             advice += f"; {caveat}"
     details = "recompiles"
-    if blame == COMPILE_FAILS:  # the job does not run under torch.compile: that first
-        outside = all(f.in_compiler is False for f in comparison.modes["aot"].failures)
-        fix = COMPILE_USE_FAILS_FIX if outside else COMPILE_FAILS_FIX
-        advice, details = (f"{fix}; then {advice}", details) if advice else (fix, "summary")
-    elif blame in (CA_FAILS, CA_FAILS_BESIDE_AOT):  # only compiled autograd fails: what it fails on, first
+    first = None  # whose failure it is, said first
+    if blame == COMPILE_FAILS:  # the job does not run under torch.compile
+        first = COMPILE_USE_FAILS_FIX if _raised_outside(comparison.modes["aot"].failures) else COMPILE_FAILS_FIX
+    elif blame in (CA_FAILS, CA_FAILS_BESIDE_AOT):  # only compiled autograd fails: what it fails on
         failures = comparison.modes["ca"].failures
         nodes = {f.ca_node for f in failures}
-        outside = False if all(f.in_compiler is False for f in failures) else None
-        fix = ca_fails_fix(nodes.pop() if len(nodes) == 1 else None, outside)
-        advice, details = (f"{fix}; then {advice}", details) if advice else (fix, "summary")
+        first = ca_fails_fix(nodes.pop() if len(nodes) == 1 else None, _raised_outside(failures))
+    if first is not None:
+        advice, details = (f"{first}; then {advice}", details) if advice else (first, "summary")
     if skipped is not None:  # before anything else: the module was never compiled
         fix = f"compile it: {skipped[0].fix}"
         from cagtool.report.recompiles.explain import NOTHING_TO_FIX

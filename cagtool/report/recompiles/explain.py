@@ -56,6 +56,7 @@ from cagtool.torch_text import (
     GUARD_VALUE,
     ca_id_of,
     compile_frame,
+    item_break,
     equals_guard,
     global_state_changes,
     graph_break_words,
@@ -3952,7 +3953,7 @@ def _resume_why(facts: dict[str, Any], cwd: str) -> str:
         # `___stack0 == 0.2468`: the value of the call Dynamo broke on (a Tensor.item()), passed to the resume frame
         number = re.fullmatch(r"___stack0 == -?[\d.]+(?:e[-+]?\d+)?", (facts.get("guard") or "").strip())
         returned = (" (here, a number: what the `.item()` Dynamo broke on returned)"
-                    if number and "Tensor.item()" in (facts.get("break_reason") or "") else "")
+                    if number and item_break(facts.get("break_reason") or "") else "")
         carried = (f" `{stack.group(0)}` is no variable of yours: it is Dynamo's name for a value the code at line {resume.line} "
                    f"was computing with when the graph broke, carried into the resume function{returned}.")
     return (f"{opening} the rest of `{resume.function}` ({_library_path(resume.file, cwd)}) from line {resume.line} on, which "

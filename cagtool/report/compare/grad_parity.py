@@ -342,7 +342,16 @@ class GradParity:
         if bad:
             first = min(bad, key=lambda p: (p.first_bad_step, p.record))
             return "gradients: " + first.verdict() + self._nonfinite_said()
+        if (why := self.one_reason()) is not None:
+            return (f"gradients: nothing compared ({', '.join(f'{p.record} vs {p.reference}' for p in self.pairs)}): not comparable: "
+                    + why + self._nonfinite_said())
         return "gradients: nothing compared (" + "; ".join(p.verdict() for p in self.pairs) + ")" + self._nonfinite_said()
+
+    def one_reason(self) -> str | None:
+        """Why no pair is comparable, where every pair says the same (Hogwild's shared weights):
+        said once, not once per pair; None otherwise."""
+        reasons = {p.not_comparable for p in self.pairs}
+        return next(iter(reasons)) if len(reasons) == 1 and "" not in reasons else None
 
     def compiled_otherwise(self) -> PairParity | None:
         """Where every record that differs from the reference (eager) is an aot one, or a ca one
@@ -757,11 +766,13 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
         if apart:
             digests = {s: d for s, d in digests.items() if s not in apart}
             ref_digests = {s: d for s, d in ref_digests.items() if s not in apart}
-            if len(notes) < 50:
-                notes.append(f"{label}: {_steps(tuple(apart))} not compared with {ref_label}: digested at the run's end in one, "
-                             "during the run in the other (at its optimizer step, or where its backward returned)")
+            apart_note = (f"{label}: {_steps(tuple(apart))} not compared with {ref_label}: digested at the run's end in one, "
+                          "during the run in the other (at its optimizer step, or where its backward returned)")
             if not digests or not ref_digests:
+                notes.append(apart_note)
                 continue
+        else:
+            apart_note = ""
         partial = _compiled_optimizer(rec) or _compiled_optimizer(ref_rec)
         digests, ref_digests = held_by_both(digests, ref_digests, ends & ref_ends)
         pair = compare_digests(label, ref_label, digests, ref_digests, tol, partial=partial)
@@ -776,6 +787,8 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
         # graphs and trace log are read then, not on every compare.
         why, first = ("", None) if pair.agrees else _why_not_comparable(rec, ref_rec)
         pairs.append(PairParity(label, ref_label, pair.steps, pair.params, not_comparable=why, first_losses=first) if why else pair)
+        if apart_note and not why and len(notes) < 50:  # a pair not comparable at all: which steps it left out says nothing
+            notes.append(apart_note)
         if not why and base_mode(name) == "ca" and len(notes) < 50:
             unsharded = _shards_without_gradient(pair, ref_digests)
             if unsharded:

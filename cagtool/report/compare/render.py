@@ -458,7 +458,7 @@ def grad_parity_lines(parity: Any) -> list[tuple[str, bool]]:
         # One mode digested, the others could not (their optimizer steps inside compiled code): said.
         return [(parity.summary(), False)] if parity.reference is not None and parity.notes else []
     lines = [(parity.summary(), not parity.agree)]
-    for pair in parity.pairs:
+    for pair in parity.pairs if parity.one_reason() is None else ():  # one reason for all: the summary said it
         if not pair.agrees:
             lines.append((f"  {pair.verdict()}:", True))
             for mismatch in pair.first_bad[:8]:

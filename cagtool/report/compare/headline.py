@@ -297,7 +297,9 @@ def cause_phrase(cause: "Cause") -> str:
         if size is not None and not (cause.facts.get("other_module") or cause.facts.get("other_module_by_guards")):
             name, dim, before, after = size
             what = f"the size of `{name}` (dim {dim}) changed {before}->{after}"
-            if dim == 0 and after < before:
+            if dim == 0 and cause.facts.get("after_training"):
+                what = f"another batch after training (an evaluation's?): {what}"
+            elif dim == 0 and after < before:
                 # No DataLoader in the job (the record says so): a slice the script made, its last shorter.
                 last = "the last slice of the data?" if by_hand(cause.facts) else "a DataLoader's last?"
                 what = f"a smaller batch ({last}): {what}"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from cagtool.record.loader import ModeRecord
 from cagtool.errors import UnreadableInput
 from cagtool.record.schema import ARTIFACT_GUARDS, CAGraphEvent, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent, SourceRef, StepEvent
-from cagtool.report.recompiles.reads import LimitHit, forward_step, torch_frames_in_captures
+from cagtool.report.recompiles.reads import LimitHit, after_training, forward_step, step_summary, torch_frames_in_captures, training_end
 from cagtool.torch_text import compile_attempt, compile_frame, guard_shape, recompile_limit, wrapped_module
 
 # torch 2.13 runs every torch.compile'd module's call through this one function (docs/torch-internals.md,
@@ -54,6 +54,8 @@ class FrameBudget:
     # A frame that is not the user's, every compile of it made inside compiled autograd's captures
     # (reads.py torch_frames_in_captures): the first capture's ca_id; None otherwise.
     inside_capture: int | None = None
+    # Recompiles after training ended (mode_budget): counted in `entries`, out of the rate.
+    after_training: int = 0
 
     @property
     def is_module_wrapper(self) -> bool:
@@ -79,10 +81,11 @@ class FrameBudget:
         backbone unfrozen, then a layer frozen again; an evaluation and the training after it) read
         as the start of a storm does, and only a third tells them apart. Nor are recompiles that each
         failed on another guard (one_offs): three changes made once each are no rate."""
-        if self.recompiles < TREND_RECOMPILES or self.first_step is None or self.last_recompile_step is None or self.one_offs:
+        training = self.recompiles - self.after_training
+        if training < TREND_RECOMPILES or self.first_step is None or self.last_recompile_step is None or self.one_offs:
             return None
         span = self.last_recompile_step - self.first_step
-        return self.recompiles / span if span > 0 else None
+        return training / span if span > 0 else None
 
     @property
     def still_compiling(self) -> bool:
@@ -173,8 +176,10 @@ def eager_cost(record: ModeRecord, hit: LimitHit) -> EagerCost | None:
     return EagerCost(hit.step, len(after), statistics.median(after), statistics.median(before) if before else None)
 
 
-def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None) -> ModeBudget:
-    """The budget of every frame Dynamo compiled in this mode (CA graphs' own frames included)."""
+def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None, end: int | None = None) -> ModeBudget:
+    """The budget of every frame Dynamo compiled in this mode (CA graphs' own frames included).
+    Compiles after training ended (`end`, reads.training_end: an evaluation after the last step)
+    use the budget but set no rate: they say nothing of the training steps' pace."""
     by_frame: dict[str, list[DynamoCompileEvent]] = {}
     guards: dict[str, list[str]] = {}
     out = ModeBudget(record.mode, last_step=last_step)
@@ -199,7 +204,8 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
         named = next((e for e in events if e.co_name), events[0])
         limits = [e.recompile_limit for e in events if e.recompile_limit is not None]
         steps = [s for s in (e.step if e.is_ca_graph else forward_step(e.step, record.mode) for e in made) if s is not None]
-        recompile_steps = [s for e, s in zip(made, steps) if compile_attempt(e.compile_id)]
+        attempts = [(e, s) for e, s in zip(made, steps) if compile_attempt(e.compile_id)]
+        recompile_steps = [s for e, s in attempts if not after_training(s, e.seq, last_step, end)]
         hit = hit_of.get(frame)
         limit = limits[-1] if limits else (hit.limit_value if hit is not None and hit.limit_value else DEFAULT_RECOMPILE_LIMIT)
         out.frames.append(
@@ -219,6 +225,7 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
                 guards=tuple(guards.get(frame, ())),
                 modules=wrapped.get(frame, ()),
                 inside_capture=in_captures.frames.get(frame),
+                after_training=len(attempts) - len(recompile_steps),
             )
         )
     out.frames.sort(key=lambda f: (-f.entries, f.frame))
@@ -256,4 +263,5 @@ def budget_of(record: ModeRecord) -> ModeBudget:
     """The budget of a fully loaded mode record (the summary and the HTML report read it this way)."""
     from cagtool.report.recompiles.reads import limit_hits, step_summary
 
-    return mode_budget(record, limit_hits(record, record.of(DynamoCompileEvent)), step_summary(record).last)
+    last = step_summary(record).last
+    return mode_budget(record, limit_hits(record, record.of(DynamoCompileEvent)), last, training_end(record) if last is not None else None)

@@ -96,6 +96,9 @@ def _still_words(budget: ModeBudget, whose: str) -> str:
     for f in budget.still_compiling:
         if f.last_recompile_step == last or f.rate is None:
             still.append(f"frame {f.frame} still compiling at {whose} last step ({last})")
+        elif last is not None and f.last_recompile_step is not None and f.last_recompile_step > last:
+            still.append(f"frame {f.frame} recompiling about every {1 / f.rate:.2g} steps, the last in the step the job ended in, "
+                         f"after its last closed step ({last}): no sign it stopped")
         else:
             still.append(f"frame {f.frame} recompiling about every {1 / f.rate:.2g} steps, the last at step {f.last_recompile_step}, "
                          f"{_plural(last - f.last_recompile_step, 'step')} before the job's last ({last}): no sign it stopped")

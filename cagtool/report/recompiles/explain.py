@@ -148,6 +148,8 @@ class Cause:
     def place_said(self) -> str:
         """`place`, with what "between steps" means where it is said (a cause's heading)."""
         evaluated = self.between_steps or bool(self.facts.get("evaluation_steps"))
+        if self.facts.get("after_training") and not evaluated and self.place:
+            return self.place + " (after training: calls no backward followed)"
         return self.place + (" (grad off: an evaluation, not a training step)" if evaluated and self.place else "")
 
 
@@ -303,6 +305,9 @@ def _stability(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "recompiling_steps": len(set(steps)),
         # The steps after it in which other recompiles came: those steps did not all reuse cached graphs.
         "others_after": sorted({r.step for r in table.recompiles if r.step is not None and r.step > steps[-1]}),
+        # Every recompile of it came after training ended (no backward after it: an evaluation or a
+        # prediction after the last step), a one-time cost outside the training steps.
+        "after_training": bool(cause.rows) and all(table.after_training(r) for r in cause.rows),
     }
 
 
@@ -1279,6 +1284,9 @@ def stability_sentence(facts: dict, what: str) -> str:
             return (f"It has stabilised: no {what} after step {facts['last_recompile_step']}, in {later} (other recompiles "
                     f"came at {'step' if len(others) == 1 else 'steps'} {step_list(others)}).")
         return f"It has stabilised: no {what} after step {facts['last_recompile_step']}; {later} reused cached graphs."
+    if facts.get("after_training"):
+        return (f"It came after training ended, after its last step ({facts['last_step']}) in calls no backward followed (an "
+                "evaluation or a prediction): a one-time cost of those calls, not of the training steps.")
     if facts.get("recompiling_steps", 3) < 3:
         # One or two recompiles that happen to fall on the last step of a short run say nothing
         # about the steps it did not run.
@@ -2856,6 +2864,10 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
                     "DataLoader ran in this job: the script slices its data itself, and its last slice is shorter where the "
                     f"data's length is not a multiple of the slice's ({after} left here, as word_language_model's last bptt chunk "
                     f"is); Dynamo compiled the forward for {before} and compiles it again for {after}.")
+        elif facts.get("after_training"):
+            made = (f"Dim 0 of `{name}` went from {before} to {after}: another batch, in calls after training's last step that no "
+                    "backward followed (an evaluation or a prediction on other data), not a training batch; Dynamo compiled the "
+                    f"forward for {before} rows and compiles it again for {after}.")
         else:
             made = (f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch. A DataLoader whose dataset size is not a "
                     f"multiple of batch_size makes the last batch of every epoch smaller ({plural(after, 'row')} here); Dynamo "
@@ -3473,7 +3485,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
     if kind == GUARD_SIZE and not on_ca and ((size := size_guard(guard)) is not None and size[3] in (0, 1) and smaller_batch(guard)
                                              or specialised_size(guard) is not None):
         evaluation = (f"the call is in `{facts['called_in']}`" if _EVALUATION_FUNCTION.search(facts.get("called_in") or "")
-                      else "it ran with grad mode off" if facts.get("grad_mode_after") is False else None)
+                      else "it ran with grad mode off" if facts.get("grad_mode_after") is False
+                      else "it came after training, no backward after it" if facts.get("after_training") else None)
         if evaluation is not None:
             # An evaluation's last batch (Lightning's validation_step, its sanity check too): no drop_last there.
             return [f"If it is the evaluation's last batch ({evaluation}), keep it: drop_last on the evaluation's DataLoader would "
@@ -3565,6 +3578,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         if smaller_batch(guard) is not None and _EVALUATION_FUNCTION.search(facts.get("called_in") or ""):
             fixes.insert(keep_at, f"If it is the evaluation's last batch (the call is in `{facts['called_in']}`), keep it: drop_last "
                          "there would leave its samples out of the metric, and the smaller batch compiles once and is cached.")
+        elif smaller_batch(guard) is not None and facts.get("after_training"):
+            fixes.insert(keep_at, "If it is an evaluation's or a prediction's batch (it came after training, no backward after it), "
+                         "keep it or mark it: drop_last on their DataLoader would leave samples out of what they compute, and the "
+                         "batch compiles once and is cached.")
         elif smaller_batch(guard) is not None and facts.get("grad_mode_after") is False:
             fixes.insert(keep_at, "If it is the evaluation's last batch (it ran with grad mode off), keep it: drop_last on the evaluation's "
                          "DataLoader would leave its samples out of the metric, and the smaller batch compiles once and is cached.")
@@ -4532,7 +4549,8 @@ def group_causes(table: RecompileTable) -> list[Cause]:
             followers.setdefault(id(root), []).append(cause)
     top = [c for c in causes if id(c) not in roots]
     # torch's frames compiled inside the captures come after the causes of those captures
-    top.sort(key=lambda c: (all(row.seq in captured_in for row in c.rows), -(c.count + sum(f.count for f in followers.get(id(c), []))),
+    # ... and the causes of calls after training (an evaluation after the last step) after training's own
+    top.sort(key=lambda c: (all(row.seq in captured_in for row in c.rows), all(table.after_training(row) for row in c.rows), -(c.count + sum(f.count for f in followers.get(id(c), []))),
                             c.rows[0].seq))
     ordered: list[Cause] = []
     for cause in top:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from cagtool.record.loader import ModeRecord
+from cagtool.record.loader import ModeRecord, load_mode
 from cagtool.record.schema import (
     FIRST_STEP,
+    BackwardEvent,
     IMPORTED_MODE,
     CacheMissEvent,
     CAGraphEvent,
@@ -188,6 +189,25 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
             )
         )
     return hits
+
+
+def training_end(record: ModeRecord) -> int | None:
+    """The seq of the job's last backward call (BackwardEvent, written as the call returns): a
+    compile after it, stamped with a step after the last one, came in calls no backward followed
+    (an evaluation or prediction after training). None where no backward ran. A record read
+    without its backward calls (the summary's kinds) reads them now."""
+    calls = record
+    if record.kind_counts.get(BackwardEvent.kind) and BackwardEvent.kind not in record.columns and not record.of(BackwardEvent):
+        calls = load_mode(record.path, kinds={BackwardEvent.kind}, columns=True)
+    held = calls.columns.get(BackwardEvent.kind)
+    seqs = held.column("seq") if held is not None else [e.seq for e in calls.of(BackwardEvent)]
+    return max(seqs) if len(seqs) else None
+
+
+def after_training(step: int | None, seq: int, last_step: int | None, end: int | None) -> bool:
+    """A compile (its step stamp and seq) came after training ended: in the step the job ended in,
+    after its last backward call returned (`training_end`)."""
+    return step is not None and last_step is not None and end is not None and step > last_step and seq > end
 
 
 def step_summary(record: ModeRecord) -> StepSummary:

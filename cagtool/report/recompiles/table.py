@@ -48,7 +48,8 @@ from cagtool.report.changed_sizes import misses_with_earlier_values, saved_value
 from cagtool.report.figures.metrics import other_call_captures
 from cagtool.report.findings import SkippedCompile, skipped_compiles
 from cagtool.report.replaced import replaced_by
-from cagtool.report.recompiles.reads import EVALUATION_FUNCTION, LimitHit, StepSummary, forward_step, inside_captures, limit_hits, short_file, step_summary
+from cagtool.report.recompiles.reads import (EVALUATION_FUNCTION, LimitHit, StepSummary, after_training, forward_step, inside_captures,
+                                             limit_hits, short_file, step_summary, training_end)
 from cagtool.torch_text import (
     GUARD_GRAD_MODE,
     GuardedValue,
@@ -157,6 +158,9 @@ class RecompileTable:
     steps: int  # steps recorded (top-level backwards)
     last_step: int | None
     limit_hits: list[LimitHit] = field(default_factory=list)
+    # The seq of the job's last backward call (reads.training_end): what compiled after it, in the
+    # step the job ended in, compiled for calls no backward followed.
+    training_end: int | None = None
     graphs: dict[int, CAGraphEvent] = field(default_factory=dict)  # ca_id -> graph
     # ca_id -> the graph it replaced (report/replaced.py: by backward call, then autograd nodes)
     replaced: dict[int, int] = field(default_factory=dict)
@@ -287,6 +291,9 @@ class RecompileTable:
     # Each graph's autograd nodes as a hashable multiset, read on first use.
     _node_sets: dict[int, frozenset] = field(default_factory=dict, repr=False, compare=False)
 
+    def after_training(self, row: RecompileRow) -> bool:
+        """The row compiled after training ended (reads.after_training): for calls no backward followed."""
+        return bool(row.seqs) and after_training(row.step, min(row.seqs), self.last_step, self.training_end)
     @property
     def name(self) -> str:
         """What the table is called where it is shown: its record's name in the run (`eager.2`), else its mode."""
@@ -1031,6 +1038,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         steps=steps.count,
         last_step=steps.last,
         limit_hits=hits,
+        training_end=(end := training_end(record)),
         graphs=graphs,
         replaced=_replaced(graphs, misses),
         other_calls=other_call_captures(list(graphs.values()), misses),
@@ -1051,7 +1059,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         random_sites=randoms,
         phases=phases,
         dynamo_compiles=len(compile_events),
-        budget=mode_budget(record, hits, steps.last),
+        budget=mode_budget(record, hits, steps.last, end),
         unexpected=unexpected_causes(record),
         failed_captures=frozenset(failed),
         capture_errors=errors,

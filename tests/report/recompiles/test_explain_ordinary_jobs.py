@@ -427,3 +427,45 @@ def test_a_backward_that_gains_nodes_when_a_data_dependent_branch_first_takes_it
     why, fix = words(side_step=None)  # no side first taken in the capture's step: not tied to the branch
     assert "ops that run on some steps only (a loss term, a branch with no else)" in why, why
     assert fix.startswith("If a branch adds the ops"), fix
+
+
+def test_a_prediction_after_training_is_told_as_such_not_as_a_loaders_last_batch(record_run):
+    """pytorch/examples' mnist_forward_forward, compiled: the prediction after training (a test set
+    of another size, grad on, no backward) read "a smaller batch. A DataLoader whose dataset size is
+    not a multiple of batch_size ..." with drop_last as its fix, and its recompiles made a storm
+    forecast ("reaches the limit at about step 120", "-1 steps before the job's last"). What came
+    after the last backward is the prediction's, listed after training's causes, and no rate."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "predict_after_training.py"), modes="aot")
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = load_run(run.path)
+    table = recompile_table(record.modes["aot"])
+    explanation = explain(table)
+    (cause,) = [c for c in explanation.causes if c.code == CAUSE_DYNAMO_FRAME]
+    assert table.last_step == 3 and cause.steps == [4] and cause.facts["after_training"] is True
+    words = cause_words(cause, table.cwd)
+    why, fix = " ".join(words.why), " ".join(words.fix)
+    assert "another batch, in calls after training's last step that no backward followed" in why, why
+    assert "DataLoader whose dataset size" not in why, why
+    assert "drop_last=True" not in fix and "keep it or mark it" in fix, fix
+    from cagtool.report.recompiles.explain import stability_sentence
+
+    # Said where no sentence on automatic dynamic shapes takes its place (mnist_forward_forward's requires_grad recompile).
+    assert stability_sentence(cause.facts, "recompile").startswith(
+        "It came after training ended, after its last step (3) in calls no backward followed")
+    assert cause.place_said == "step 4 (after training: calls no backward followed)"
+    frame = next(f for f in table.budget.frames if f.recompiles)
+    assert frame.after_training == frame.recompiles == 1 and frame.rate is None and frame.last_recompile_step is None
+
+
+def test_recompiles_after_training_set_no_rate_and_training_s_own_do():
+    """Three recompiles of a frame make a rate (TREND_RECOMPILES); those after training count in
+    its budget, not in its pace."""
+    from cagtool.report.recompiles.budget import TREND_RECOMPILES, FrameBudget
+
+    def frame(after: int) -> FrameBudget:
+        return FrameBudget(frame="0", function="forward", file="train.py", line=1, entries=4, limit=8, limit_known=True,
+                           first_step=0, last_recompile_step=30, last_step=35, guards=("a", "a", "b"), after_training=after)
+
+    assert TREND_RECOMPILES == 3
+    assert frame(0).rate == 3 / 30 and frame(0).still_compiling
+    assert frame(1).rate is None and not frame(1).still_compiling and frame(1).recompiles == 3

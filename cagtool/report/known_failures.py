@@ -48,6 +48,27 @@ def in_ca_graph_compile(exception: Any) -> bool:
     return _CA_RUNTIME in traceback and _CA_GRAPH_CODE in message
 
 
+# The backward of an op on a sparse tensor (torch.spmm's saves the sparse matrix) under compiled
+# autograd: Dynamo, compiling the captured graph, fails on the sparse input (torch 2.13: IndexError in
+# its automatic dynamic shapes' read of the tensor's strides, which a sparse tensor has none of), as
+# the forward's frame broke the graph on it. The same job with the matrix dense runs under compiled
+# autograd (pytorch/examples' GCN; docs/torch-internals.md, "An exception raised while Dynamo
+# compiles a compiled-autograd graph").
+SPARSE_BREAK = "Attempted to wrap sparse Tensor"
+SPARSE_IN_CA_GRAPH = (
+    "the backward compiled autograd captured takes the job's sparse tensors (torch.compile does not support them: the "
+    "forward broke the graph on them, \"Attempted to wrap sparse Tensor\"), and Dynamo's compile of that backward fails on "
+    "them; hold the matrix dense where it fits in memory (`.to_dense()`: pytorch/examples' GCN so runs under compiled "
+    "autograd), or keep compiled autograd off that backward (torch._dynamo.compiled_autograd._disable() around it)"
+)
+
+
+def sparse_in_ca_graph(exception: Any, break_reasons: Any) -> bool:
+    """The exception was raised while Dynamo compiled a compiled-autograd graph, in a mode whose
+    forward broke the graph on a sparse tensor: the sparse tensor is what that compile fails on."""
+    return in_ca_graph_compile(exception) and any(SPARSE_BREAK in (reason or "") for reason in break_reasons)
+
+
 def explain(exception: Any) -> str:
     """The explanation of a manifest's exception (record.schema's ExceptionInfo), "" if none is known."""
     if exception is None:

@@ -48,7 +48,7 @@ from cagtool.report.figures.metrics import (
 from cagtool.report.findings import shown_findings
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
-from cagtool.report.known_failures import explain as explain_failure, in_ca_graph_compile
+from cagtool.report.known_failures import SPARSE_IN_CA_GRAPH, explain as explain_failure, in_ca_graph_compile, sparse_in_ca_graph
 from cagtool.report.recompiles.reads import INSIDE_CAPTURES_WORDS, forward_step, steps_place, torch_frames_in_captures
 from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
@@ -503,6 +503,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         first_line = manifest.exception.message.splitlines()[0] if manifest.exception.message else ""
         console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
         meaning = explain_failure(manifest.exception)
+        if sparse_in_ca_graph(manifest.exception, (b.reason for b in record.of(GraphBreakEvent))):
+            meaning = meaning or SPARSE_IN_CA_GRAPH[0].upper() + SPARSE_IN_CA_GRAPH[1:]
         if in_ca_graph_compile(manifest.exception):
             # The message's "user code" is torch's generated graph, not the script: say whose it is.
             captured = record.of(CAGraphEvent)

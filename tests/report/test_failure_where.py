@@ -62,10 +62,15 @@ def test_a_job_failing_only_under_compiled_autograd_is_said_so(record_run):
     headline, advice = cagtool_in_process("summary", run.path).stdout.splitlines()[:2]
     assert "eager and aot ran and ca failed: the job fails only with compiled autograd on" in headline, headline
     assert "torch.compile's" not in headline
-    # What to do starts with the failure, and how to keep compiled autograd off that backward.
-    assert advice.startswith("what to do: the failure first: compiled autograd fails on this job's backward, which "
-                             "torch.compile alone runs"), advice
+    # What to do starts with the failure: the sparse tensor the forward broke the graph on is what
+    # Dynamo's compile of the backward fails on (the GCN with its matrix dense runs under compiled
+    # autograd), and how to keep compiled autograd off that backward.
+    assert advice.startswith("what to do: the failure first: the backward compiled autograd captured takes the job's sparse "
+                             "tensors"), advice
+    assert "hold the matrix dense where it fits in memory (`.to_dense()`" in advice, advice
     assert "torch._dynamo.compiled_autograd._disable() around it" in advice, advice
+    summary = " ".join(cagtool_in_process("summary", run.path).stdout.split())
+    assert "what it means: The backward compiled autograd captured takes the job's sparse tensors" in summary
 
 
 @pytest.mark.slow  # reads the recording of the test above
@@ -85,7 +90,7 @@ def test_a_ca_failure_beside_aot_alone_is_compiled_autograds_too(record_run, tmp
     shutil.rmtree(run / "eager")
     headline, advice = cagtool_in_process("summary", run).stdout.splitlines()[:2]
     assert "aot ran and ca failed: the job fails only with compiled autograd on" in headline and "eager and aot" not in headline, headline
-    assert advice.startswith("what to do: the failure first: compiled autograd fails on this job's backward"), advice
+    assert advice.startswith("what to do: the failure first: the backward compiled autograd captured takes the job's sparse"), advice
 
 
 def test_what_to_do_where_compiled_autograd_fails_on_one_ops_backward():
@@ -102,6 +107,9 @@ def test_what_to_do_where_compiled_autograd_fails_on_one_ops_backward():
            "pack_padded_sequence; or keep compiled autograd off that backward (torch._dynamo.compiled_autograd._disable()" in packed, packed
     own = ca_fails_fix("SomeOpBackward0", outside=True)  # no compiler frame: the job's own code raised it
     assert own.startswith("the failure first: the ca mode's exception was raised in the job's own code") and "PyTorch" not in own, own
+    unnamed = ca_fails_fix(None)  # torch's error names no node, and no sparse tensor is said to be in it
+    assert unnamed.startswith("the failure first: compiled autograd fails on this job's backward, which torch.compile alone "
+                              "runs") and "torch._dynamo.compiled_autograd._disable() around it" in unnamed, unnamed
     other = ca_fails_fix("SomeOpBackward0")
     assert ": another op for the same work, or keep compiled autograd off that backward" in other and "RNN" not in other, other
 

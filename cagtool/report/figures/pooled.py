@@ -22,6 +22,7 @@ from cagtool.record.schema import (
 )
 from cagtool.report.figures.intervals import ProcessSteps, TimingSample, timing_sample
 from cagtool.report.figures.same_steps import same_steps, step_profile
+from cagtool.report.known_failures import in_ca_graph_compile
 from cagtool.report.text.safe_text import safe_line
 from cagtool.torch_text import ca_node_in_error
 from cagtool.report.figures.metrics import (
@@ -87,6 +88,8 @@ class ModeFailure:
     # The autograd node compiled autograd's graph failed on, where torch's error names one
     # (`PackPaddedSequenceBackward0`): the op whose backward compiled autograd cannot run
     ca_node: str | None = None
+    # Raised while Dynamo compiled a compiled-autograd graph (known_failures.in_ca_graph_compile)
+    in_ca_graph: bool = False
 
     def describe(self) -> str:
         if self.not_run:
@@ -182,7 +185,7 @@ def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not
     trace = manifest.exception.traceback if manifest.exception is not None else ""
     in_compiler = bool(_COMPILER_FRAME.search(trace)) if trace else None
     return ModeFailure(name, manifest.status, code, safe_line(reason), in_compiler=in_compiler,
-                       ca_node=safe_line(node) if node else None)
+                       ca_node=safe_line(node) if node else None, in_ca_graph=in_ca_graph_compile(manifest.exception))
 
 
 _COMPILER_FRAME = re.compile(r"torch[/\\]_(dynamo|functorch|inductor)[/\\]")

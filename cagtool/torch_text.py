@@ -300,6 +300,12 @@ def value_guard(text: str) -> tuple[str, str, str] | None:
     return ("attribute" if "." in source else "local"), source, value
 
 
+# The hook type compiled autograd's graph names a post-accumulate-grad hook with (`call_hook(...,
+# hook_type='post_acc_grad_hook')`: DDP's all-reduce hook on every parameter, a user's
+# register_post_accumulate_grad_hook).
+POST_ACC_GRAD_HOOK = "post_acc_grad_hook"
+
+
 # What a failed Dynamo guard is on, read from torch 2.13's own reason text (`get_guard_fail_reason`
 # in torch/_dynamo/guards.py, as TORCH_LOGS=recompiles prints it). Each kind has its own cause
 # words and fixes in report/recompiles/explain.py.

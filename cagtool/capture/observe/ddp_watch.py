@@ -20,10 +20,10 @@ from typing import Any, Callable
 
 from cagtool.capture.modes.mode_setup import CA_OPTIMIZE_DDP, script_config_value
 from cagtool.record.schema import EVENTS_FILE, DDPModelEvent, FindingEvent
+from cagtool.torch_text import POST_ACC_GRAD_HOOK
 
 DDP_COLLECTIVES_MISSING = "ddp_collectives_not_in_ca_graphs"
 DDP_CPP_REDUCER_UNDER_CA = "ddp_cpp_reducer_under_ca"
-POST_ACC_GRAD_HOOK = "post_acc_grad_hook"
 _MB = 1024 * 1024
 
 

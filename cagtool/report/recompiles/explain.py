@@ -40,6 +40,7 @@ from cagtool.report.recompiles.table import (
     node_label,
 )
 from cagtool.torch_text import (
+    POST_ACC_GRAD_HOOK,
     backward_function_class,
     call_guard,
     hook_code_guard,
@@ -209,7 +210,19 @@ def _hooks_differ(graph: CAGraphEvent, previous: CAGraphEvent | None) -> bool:
     graphs: a thousand recompiles asked this once each)."""
     if not graph.hooks and (previous is None or not previous.hooks):
         return False
-    return hook_counts(graph) != hook_counts(previous)
+    mine, theirs = hook_counts(graph), hook_counts(previous)
+    if mine == theirs:
+        return False
+    if previous is not None and {kind for kind in mine | theirs if mine[kind] != theirs[kind]} == {POST_ACC_GRAD_HOOK}:
+        # Post-accumulate-grad hooks that came or went with their parameters' AccumulateGrad nodes
+        # (DDP's on every parameter; a branch that did not run this step left its parameters
+        # without a gradient): the parameters the backward reached changed, not the hooks.
+        def accumulated(names: Counter[str]) -> int:  # `torch::autograd::AccumulateGrad`
+            return sum(n for name, n in names.items() if name.endswith("AccumulateGrad"))
+
+        grads = accumulated(graph.autograd_names()) - accumulated(previous.autograd_names())
+        return grads != mine[POST_ACC_GRAD_HOOK] - theirs[POST_ACC_GRAD_HOOK]
+    return True
 
 
 def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
@@ -2897,7 +2910,7 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
         return ["The code branches on these sizes (an `if` comparing them): Dynamo compiled the side of the branch they took, "
                 "with the sizes dynamic, and guards on the comparison, so a call whose sizes take the other side compiles that "
                 "side once more."]
-    if kind == GUARD_OTHER and (changes := facts.get("value_changes")) and not _made_input(facts):
+    if kind == GUARD_OTHER and (changes := facts.get("value_changes")) and not _made_input(facts) and not _bool_flag(facts):
         return [f"Dynamo compiles the frame for the value of `{changes[0].source}` it sees (a guard `== value`), so each new "
                 "value compiles it once more. Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."]
     if kind in (GUARD_VALUE, GUARD_OTHER) and (changes := facts.get("value_changes")):
@@ -3645,7 +3658,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                 "recompile per class, not per call."]
     if kind == GUARD_TYPE:
         return ["A value of a different type reaches the compiled code: keep argument types fixed."]
-    if kind == GUARD_VALUE and _bool_flag(facts):
+    if kind in (GUARD_VALUE, GUARD_OTHER) and _bool_flag(facts):
         name = facts["value_changes"][0].source
         return [f"Nothing to fix: each of the two values of `{name}` is compiled once and cached, however often it flips "
                 "(two of the frame's entries against its recompile limit, torch._dynamo.config.recompile_limit). Making it "

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import SourceRef
-from cagtool.report.recompiles.explain import CAUSE_DYNAMO_CA_GRAPH, CAUSE_DYNAMO_FRAME, _guard_fixes, cause_words, explain
+from cagtool.report.recompiles.explain import CAUSE_DYNAMO_CA_GRAPH, CAUSE_DYNAMO_FRAME, CAUSE_STRUCTURE, _guard_fixes, cause_words, explain
 from cagtool.report.recompiles.table import recompile_table
 from cagtool.torch_text import GUARD_LENGTH, GUARD_REQUIRES_GRAD, GUARD_SIZE, GUARD_VALUE
 
@@ -469,3 +469,23 @@ def test_recompiles_after_training_set_no_rate_and_training_s_own_do():
     assert TREND_RECOMPILES == 3
     assert frame(0).rate == 3 / 30 and frame(0).still_compiling
     assert frame(1).rate is None and not frame(1).still_compiling and frame(1).recompiles == 3
+
+
+def test_hooks_that_left_with_their_parameters_are_a_branch_not_taken_and_a_bool_in_a_tuple_is_a_bool(record_run):
+    """DDP(find_unused_parameters=True) over a compiled model whose auxiliary head runs on even
+    steps: under compiled autograd the odd steps' backward read "A backward hook was added or
+    removed ... DDP's compiled_accum_grad_hook is removed on step 1", and the flag, `inputs[1]` to
+    Dynamo through DDP's `forward(*inputs)`, had no bool's words. The hooks left with their
+    parameters' AccumulateGrad nodes: the backward of the recompiled forward (the branch not taken)."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "unused_branch_hooked.py"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    _, table, explanation = _explained(run.path)
+    codes = [(c.code, c.caused_by) for c in explanation.causes]
+    assert [code for code, _ in codes] == [CAUSE_DYNAMO_FRAME, CAUSE_STRUCTURE] and codes[1][1] is not None, codes
+    graphs = sorted(table.graphs.values(), key=lambda g: g.ca_id)
+    assert [len(g.hooks) for g in graphs] == [6, 4]  # two hooks fewer, with the head's two parameters
+    root = explanation.causes[0]
+    words = cause_words(root, table.cwd)
+    assert " ".join(words.why).count("`inputs[1]` is a bool, which Dynamo never takes as an input of the graph") == 1, words.why
+    assert words.fix[0].startswith("Nothing to fix: each of the two values of `inputs[1]` is compiled once and cached"), words.fix
+    assert "torch.where(flag, a, b)" in " ".join(words.fix)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from cagtool.record.loader import ModeRecord
 from cagtool.errors import UnreadableInput
 from cagtool.record.schema import ARTIFACT_GUARDS, CAGraphEvent, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent, SourceRef, StepEvent
-from cagtool.report.recompiles.reads import LimitHit, after_training, forward_step, step_summary, torch_frames_in_captures, training_end
+from cagtool.report.recompiles.reads import (LimitHit, after_training, forward_step, limit_hits, step_summary, torch_frames_in_captures,
+                                             training_end)
 from cagtool.torch_text import compile_attempt, compile_frame, guard_shape, recompile_limit, wrapped_module
 
 # torch 2.13 runs every torch.compile'd module's call through this one function (docs/torch-internals.md,
@@ -261,7 +262,5 @@ def _wrapped_modules(record: ModeRecord, by_frame: dict[str, list[DynamoCompileE
 
 def budget_of(record: ModeRecord) -> ModeBudget:
     """The budget of a fully loaded mode record (the summary and the HTML report read it this way)."""
-    from cagtool.report.recompiles.reads import limit_hits, step_summary
-
     last = step_summary(record).last
     return mode_budget(record, limit_hits(record, record.of(DynamoCompileEvent)), last, training_end(record) if last is not None else None)

@@ -191,16 +191,29 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
     return hits
 
 
+def holding(record: ModeRecord, cls: type) -> ModeRecord:
+    """The record, or where it was read without the events of `cls` that it holds (the summary's
+    kinds), those events read now (from the columns sidecar where it holds them)."""
+    if record.kind_counts.get(cls.kind) and cls.kind not in record.columns and not record.of(cls):
+        return load_mode(record.path, kinds={cls.kind}, columns=True)
+    return record
+
+
+def steps_and_seqs(record: ModeRecord, cls: type) -> tuple[list[int], list[int]]:
+    """Each event of `cls` (a column kind) by its step and seq: from the columns sidecar where it
+    holds them (no event built per line), else from the events."""
+    held = record.columns.get(cls.kind)
+    if held is not None:
+        return held.column("step"), held.column("seq")
+    events = record.of(cls)
+    return [e.step for e in events], [e.seq for e in events]
+
+
 def training_end(record: ModeRecord) -> int | None:
     """The seq of the job's last backward call (BackwardEvent, written as the call returns): a
     compile after it, stamped with a step after the last one, came in calls no backward followed
-    (an evaluation or prediction after training). None where no backward ran. A record read
-    without its backward calls (the summary's kinds) reads them now."""
-    calls = record
-    if record.kind_counts.get(BackwardEvent.kind) and BackwardEvent.kind not in record.columns and not record.of(BackwardEvent):
-        calls = load_mode(record.path, kinds={BackwardEvent.kind}, columns=True)
-    held = calls.columns.get(BackwardEvent.kind)
-    seqs = held.column("seq") if held is not None else [e.seq for e in calls.of(BackwardEvent)]
+    (an evaluation or prediction after training). None where no backward ran."""
+    _, seqs = steps_and_seqs(holding(record, BackwardEvent), BackwardEvent)
     return max(seqs) if len(seqs) else None
 
 

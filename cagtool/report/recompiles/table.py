@@ -18,7 +18,7 @@ import msgspec
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.integrity import mode_damage
-from cagtool.record.loader import ModeRecord, RunRecord, inside, load_mode, load_run
+from cagtool.record.loader import ModeRecord, RunRecord, inside, load_run
 from cagtool.record.manifest import typed_compile_calls
 from cagtool.record.schema import (
     PHASE_CHECKPOINT_RECOMPUTE,
@@ -49,7 +49,7 @@ from cagtool.report.figures.metrics import other_call_captures
 from cagtool.report.findings import SkippedCompile, skipped_compiles
 from cagtool.report.replaced import replaced_by
 from cagtool.report.recompiles.reads import (EVALUATION_FUNCTION, LimitHit, StepSummary, after_training, forward_step, inside_captures,
-                                             limit_hits, short_file, step_summary, training_end)
+                                             limit_hits, holding, short_file, step_summary, steps_and_seqs, training_end)
 from cagtool.torch_text import (
     GUARD_GRAD_MODE,
     GuardedValue,
@@ -812,30 +812,18 @@ def _dynamic_dims(record: ModeRecord, rows: list[RecompileRow], missing: list[st
     return dynamic
 
 
-def _steps_and_seqs(record: ModeRecord, cls: type) -> tuple[list[int], list[int]]:
-    """Each event of `cls` (a column kind) by its step and seq: from the columns sidecar where it
-    holds them (no event built per line), else from the events."""
-    held = record.columns.get(cls.kind)
-    if held is not None:
-        return held.column("step"), held.column("seq")
-    events = record.of(cls)
-    return [e.step for e in events], [e.seq for e in events]
-
-
 def _stepped_between_backwards(record: ModeRecord) -> frozenset[int]:
     """The steps with a backward call after an optimizer's step() in the same step (record order).
     A record read without its optimizer steps (the summary's kinds) reads them now: only a second
     backward call's cause asks, and its advice turns on them."""
-    optimizer_steps = record
-    if record.kind_counts.get(OptimizerStepEvent.kind) and OptimizerStepEvent.kind not in record.columns and not record.of(OptimizerStepEvent):
-        optimizer_steps = load_mode(record.path, kinds={OptimizerStepEvent.kind}, columns=True)
+    optimizer_steps = holding(record, OptimizerStepEvent)
     first_step: dict[int, int] = {}
-    for step, seq in zip(*_steps_and_seqs(optimizer_steps, OptimizerStepEvent)):
+    for step, seq in zip(*steps_and_seqs(optimizer_steps, OptimizerStepEvent)):
         if step not in first_step or seq < first_step[step]:
             first_step[step] = seq
     if not first_step:
         return frozenset()
-    return frozenset(step for step, seq in zip(*_steps_and_seqs(record, BackwardEvent)) if step in first_step and seq > first_step[step])
+    return frozenset(step for step, seq in zip(*steps_and_seqs(record, BackwardEvent)) if step in first_step and seq > first_step[step])
 
 
 def _accumulation_from(record: ModeRecord) -> int | None:
@@ -843,10 +831,8 @@ def _accumulation_from(record: ModeRecord) -> int | None:
     least) had one: gradient accumulation switched on at a later phase. None otherwise."""
     from collections import Counter
 
-    calls = record
-    if record.kind_counts.get(BackwardEvent.kind) and BackwardEvent.kind not in record.columns and not record.of(BackwardEvent):
-        calls = load_mode(record.path, kinds={BackwardEvent.kind}, columns=True)
-    steps, _ = _steps_and_seqs(calls, BackwardEvent)
+    calls = holding(record, BackwardEvent)
+    steps, _ = steps_and_seqs(calls, BackwardEvent)
     per_step = Counter(s for s in steps if s is not None)
     ordered = sorted(per_step)
     for index, step in enumerate(ordered):
@@ -858,9 +844,7 @@ def _accumulation_from(record: ModeRecord) -> int | None:
 def _grad_call_steps(record: ModeRecord) -> frozenset[int]:
     """The steps with a backward call that is torch.autograd.grad (BackwardEvent.call), read now
     where the record was read without its backward calls."""
-    calls = record
-    if record.kind_counts.get(BackwardEvent.kind) and BackwardEvent.kind not in record.columns and not record.of(BackwardEvent):
-        calls = load_mode(record.path, kinds={BackwardEvent.kind}, columns=True)
+    calls = holding(record, BackwardEvent)
     return frozenset(e.step for e in calls.of(BackwardEvent) if e.call == "grad")
 
 

@@ -16,6 +16,7 @@ import msgspec
 from cagtool.record.loader import ModeRecord, load_mode
 from cagtool.record.schema import (
     FIRST_STEP,
+    STATUS_FINISHED,
     BackwardEvent,
     IMPORTED_MODE,
     CacheMissEvent,
@@ -212,7 +213,11 @@ def steps_and_seqs(record: ModeRecord, cls: type) -> tuple[list[int], list[int]]
 def training_end(record: ModeRecord) -> int | None:
     """The seq of the job's last backward call (BackwardEvent, written as the call returns): a
     compile after it, stamped with a step after the last one, came in calls no backward followed
-    (an evaluation or prediction after training). None where no backward ran."""
+    (an evaluation or prediction after training). None where no backward ran, or where the job
+    did not finish (a crash or a signal in a step's forward is no evaluation)."""
+    manifest = record.manifest
+    if manifest.status != STATUS_FINISHED or manifest.exit_code not in (0, None):
+        return None
     _, seqs = steps_and_seqs(holding(record, BackwardEvent), BackwardEvent)
     return max(seqs) if len(seqs) else None
 

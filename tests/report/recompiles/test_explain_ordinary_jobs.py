@@ -457,6 +457,23 @@ def test_a_prediction_after_training_is_told_as_such_not_as_a_loaders_last_batch
     assert frame.after_training == frame.recompiles == 1 and frame.rate is None and frame.last_recompile_step is None
 
 
+def test_a_recompile_in_the_forward_a_job_died_in_is_not_told_as_after_training(record_run, tmp_path):
+    """The same record, its process said to have failed (a crash in the last step's forward, after
+    the recompile): no backward followed because the job died, not because training had ended."""
+    import json
+
+    from conftest import private_copy
+
+    run = private_copy(record_run(str(ROOT / "tests" / "scripts" / "predict_after_training.py"), modes="aot").path, tmp_path / "run")
+    manifest = json.loads((run / "aot" / "manifest.json").read_text())
+    manifest.update(status="failed", exit_code=1)
+    (run / "aot" / "manifest.json").write_text(json.dumps(manifest))
+    table = recompile_table(load_run(run).modes["aot"])
+    (cause,) = [c for c in explain(table).causes if c.code == CAUSE_DYNAMO_FRAME]
+    assert table.training_end is None and cause.facts["after_training"] is False
+    assert "after training" not in " ".join(cause_words(cause, table.cwd).why)
+
+
 def test_recompiles_after_training_set_no_rate_and_training_s_own_do():
     """Three recompiles of a frame make a rate (TREND_RECOMPILES); those after training count in
     its budget, not in its pace."""

@@ -94,6 +94,26 @@ LOSS_TYPE_UNSET = (
 )
 
 
+# torch's hint for an RNN module a compiled function calls (GB0014, "Set torch._dynamo.config.allow_rnn
+# =True"): followed, an LSTM's training fails to compile on CPU (torch 2.13, 2.14, 2.15: TypeError at
+# torch.ops.aten.mkldnn_rnn_layer under Inductor, an AssertionError on the tensors it saves under
+# aot_eager; pytorch/examples' mnist_rnn). Without it Dynamo gives up on the whole function that holds
+# the call, even when the module is passed to a torch.compiler.disable'd function; under compiled
+# autograd the backward is compiled whole, the RNN's included (the same job ran so).
+_RNN_HINT = "allow_rnn=True"
+RNN_HINT_ON_CPU = (
+    "on CPU it fails an RNN's training compile (checked on an LSTM, torch 2.13-2.15: torch.ops.aten.mkldnn_rnn_layer); "
+    "there, call the RNN outside the compiled function and compile the modules around it (Dynamo gives up on any function "
+    "that holds the RNN, even one passing it to a torch.compiler.disable'd function); compiled autograd compiles the "
+    "backward whole, the RNN's included"
+)
+
+
+def hint_caveat(hint: str) -> str | None:
+    """What cagtool found of following torch's hint for a graph break, where it misleads; None otherwise."""
+    return RNN_HINT_ON_CPU if _RNN_HINT in hint else None
+
+
 def library_break_fix(file: str, code: str, rest: str) -> str | None:
     """What removes a graph break at a library's line whose cause is known (`code` the line, `rest`
     the call's continuation, as GraphBreakEvent keeps them); None for any other break."""

@@ -48,7 +48,8 @@ from cagtool.report.figures.metrics import (
 from cagtool.report.findings import shown_findings
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
-from cagtool.report.known_failures import SPARSE_IN_CA_GRAPH, explain as explain_failure, in_ca_graph_compile, sparse_in_ca_graph
+from cagtool.report.known_failures import (SPARSE_IN_CA_GRAPH, explain as explain_failure, hint_caveat, in_ca_graph_compile,
+                                          sparse_in_ca_graph)
 from cagtool.report.recompiles.reads import INSIDE_CAPTURES_WORDS, forward_step, steps_place, torch_frames_in_captures
 from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
@@ -600,6 +601,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         if reason.advice:
             # Torch's own advice for this break, on a line of its own: the line above may be cut.
             console.print(f"      torch's hint: {reason.advice}", overflow="fold", markup=False, highlight=False)
+            if (caveat := hint_caveat(reason.advice)) is not None:
+                console.print(f"      cagtool: {caveat}", overflow="fold", markup=False, highlight=False)
         if (known := _library_fix(record, reason.places)) is not None:
             console.print(f"      what removes it: {known}", overflow="fold", markup=False, highlight=False)
     if len(reasons) > GRAPH_BREAK_REASONS_SHOWN:

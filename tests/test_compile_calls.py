@@ -8,17 +8,21 @@ the Python API, and as a user runs `cagtool run`."""
 
 from __future__ import annotations
 
+import os
 import runpy
 import subprocess
 import sys
 from typing import Any
 
+import pytest
 import torch
 import torch.nn as nn
-from conftest import ROOT, cli_in_process
+from conftest import ROOT, cagtool_cmd, cli_in_process
 from torch._dynamo.utils import counters
 
 import cagtool
+from cagtool.record.loader import load_run
+from cagtool.report.figures.metrics import mode_metrics
 from cagtool.capture.observe.torch_logs import WRAPPER_FILE
 from cagtool.record.schema import (
     FINDING_COMPILED_MODULE_DROPPED,
@@ -286,3 +290,28 @@ def test_a_hooked_sequentials_compile_compiles_its_forward_and_no_mode_says_it_c
     assert "compiled nothing" not in proc.stderr and "compile it:" not in proc.stderr, proc.stderr[-3000:]
     assert not [f for mode in ("eager", "aot") for f in cagtool.load(out).mode(mode).of(FindingEvent)
                 if f.code == FINDING_MODULE_COMPILE_SKIPPED]
+
+
+@pytest.mark.slow  # two 2-rank jobs
+def test_torch_compile_of_a_ddp_module_that_compiles_nothing_is_said_with_the_order_that_compiles(tmp_path):
+    """torch.compile(DDP(net)) on DDP's C++ reducer (the aot mode, as under python): torch 2.13's
+    Dynamo gives up at DDP's `_inside_ddp_forward` and compiles no graph, and the headline read
+    only "it compiles nothing itself". It names the call and the order that compiles; the same job
+    with DDP(torch.compile(net)) compiles its forward and is not told so."""
+    script = ROOT / "tests" / "scripts" / "ddp_compiled_outside.py"
+    env = {**os.environ, "CI": "true"}
+    for inside in (False, True):
+        out = tmp_path / ("inside" if inside else "outside")
+        proc = subprocess.run(cagtool_cmd("run", "--modes", "aot", "--no-report", "-o", str(out), str(script),
+                                          *(["--inside"] if inside else [])), capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        text = " ".join(proc.stderr.split())
+        graphs = [mode_metrics(rec).forward_graphs for rec in load_run(out).modes["aot"].ranks().values()]
+        if inside:
+            assert all(graphs) and "compiled nothing" not in text, (graphs, text)
+            continue
+        assert graphs == [0, 0], graphs  # torch's own: no graph on either rank
+        line = next(i for i, t in enumerate(script.read_text().splitlines(), 1) if "torch.compile(DDP(net)" in t)
+        assert (f"torch.compile(DDP(module)) (ddp_compiled_outside.py:{line}) compiled nothing: Dynamo gives up on DDP's "
+                "forward at `DistributedDataParallel._inside_ddp_forward`") in text, text
+        assert "what to do: compile it: wrap the compiled module instead, DDP(torch.compile(module))" in text, text

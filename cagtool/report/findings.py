@@ -101,11 +101,39 @@ class SkippedCompile:
 _COMPILED_NOTHING = (FINDING_MODULE_COMPILE_SKIPPED, FINDING_COMPILED_MODULE_DROPPED, FINDING_COMPILED_MODULE_UNUSED)
 
 
+# torch.compile(DDP(module)) under DDP's C++ reducer (torch 2.13-2.15, gloo on CPU): Dynamo breaks
+# the graph at `_inside_ddp_forward`, a context manager torch marks not to trace, and compiles no
+# graph at all; the module runs eagerly. DDP(torch.compile(module)) compiles its forward (checked:
+# graphs 0 -> 2 per rank), and compiled autograd's mode, on DDP's Python reducer, compiles either
+# way (docs/torch-internals.md, "torch.compile of a DDP module").
+_DDP_FILE_END = "torch/nn/parallel/distributed.py"
+_DDP_FORWARD_SKIPPED = "DistributedDataParallel._inside_ddp_forward"
+
+
+def _ddp_compiled_outside(record: "ModeRecord") -> SkippedCompile | None:
+    """A compile call whose code is DDP's forward, in a process that compiled no forward graph and
+    broke the graph at DDP's `_inside_ddp_forward`."""
+    from cagtool.record.manifest import typed_compile_calls
+    from cagtool.record.schema import DynamoCompileEvent, GraphBreakEvent
+
+    calls = [c for c in typed_compile_calls(record.manifest) if c["code"][0].replace("\\", "/").endswith(_DDP_FILE_END)]
+    if not calls or not any(_DDP_FORWARD_SKIPPED in (b.reason or "") for b in record.of(GraphBreakEvent)):
+        return None
+    if any(not d.is_ca_graph and d.graph_op_count and not d.fail_type for d in record.of(DynamoCompileEvent)):
+        return None
+    where = f"{os.path.basename(calls[0]['file'])}:{calls[0]['line']}"
+    return SkippedCompile("torch.compile(DDP(module))", safe_line(where), "the module",
+                          f"Dynamo gives up on DDP's forward at `{_DDP_FORWARD_SKIPPED}` (a function torch marks not to trace, "
+                          "on DDP's C++ reducer)",
+                          "wrap the compiled module instead, DDP(torch.compile(module)), which compiles its forward")
+
+
 def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:
-    """The compile calls of the mode's main process that compiled nothing, in order."""
+    """The compile calls of the mode's process that compiled nothing, in order."""
+    ddp = _ddp_compiled_outside(record) if record.manifest.mode != "eager" else None
     if not record.kind_counts.get(FindingEvent.kind):
-        return ()
-    found = []
+        return (ddp,) if ddp is not None else ()
+    found = [ddp] if ddp is not None else []
     for finding in record.of(FindingEvent):
         if finding.code not in _COMPILED_NOTHING or not isinstance(finding.detail, dict):
             continue

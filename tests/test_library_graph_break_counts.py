@@ -179,3 +179,31 @@ def test_a_trainers_batches_padded_to_their_longest_are_sizes_that_vary_not_a_la
     (fix,) = json.loads(out)["verification"]["fixes"]
     assert fix["fix"] == "accelerate-dynamic" and fix["env"] == {"ACCELERATE_DYNAMO_USE_DYNAMIC": "1"} and fix["causes"] == [root["number"]]
     assert fix["verdict"] == "partly verified" and "`self.config.problem_type` was None" in fix["reasons"][-1], fix["reasons"]
+
+
+NO_ACCELERATE = importlib.util.find_spec("accelerate") is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_ACCELERATE, reason="accelerate is not installed (pip install accelerate beside the pinned torch)")
+def test_accelerates_compile_of_its_ddp_wrapper_that_compiles_nothing_is_told_to_give_prepare_the_compiled_model(tmp_path):
+    """accelerate on 2 CPU processes (torchrun) with dynamo_backend: prepare() compiles its DDP
+    wrapper, which compiles no graph on torch 2.13 (torch's own count, in the job's output), and the
+    advice for torch.compile(DDP(module)) would have the user reorder a DDP they never wrote. It
+    names accelerate's call and what compiles: prepare() given the compiled model (graphs 0 -> 1)."""
+    script = str(SCRIPTS / "accelerate_ddp_dynamo.py")
+    env = {**os.environ, "CI": "true"}
+    said = {}
+    for fixed in (False, True):
+        out = tmp_path / ("fixed" if fixed else "as_written")
+        run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot", "--no-report", "-o", str(out),
+                              "-m", "torch.distributed.run", "--", "--nproc-per-node", "2", script, *(["--fixed"] if fixed else [])],
+                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        graphs = sorted(int(g) for g in re.findall(r"graphs (\d+)", run.stdout))  # the ranks share stdout: lines may interleave
+        assert graphs == ([1, 1] if fixed else [0, 0]), run.stdout
+        said[fixed] = " ".join(run.stderr.split())
+    assert "compiled nothing" not in said[True], said[True]
+    assert "torch.compile(DDP(module)) by accelerate/accelerator.py:" in said[False], said[False]
+    assert ("what to do: compile it: give prepare() the compiled module, accelerator.prepare(torch.compile(model), ...), "
+            "without dynamo_backend") in said[False], said[False]

@@ -105,7 +105,9 @@ _COMPILED_NOTHING = (FINDING_MODULE_COMPILE_SKIPPED, FINDING_COMPILED_MODULE_DRO
 # the graph at `_inside_ddp_forward`, a context manager torch marks not to trace, and compiles no
 # graph at all; the module runs eagerly. DDP(torch.compile(module)) compiles its forward (checked:
 # graphs 0 -> 2 per rank), and compiled autograd's mode, on DDP's Python reducer, compiles either
-# way (docs/torch-internals.md, "torch.compile of a DDP module").
+# way. accelerate's Accelerator(dynamo_backend=...) compiles after wrapping (multi-process CPU:
+# graphs 0); prepare() given a compiled module wraps that in DDP (graphs 0 -> 1 per rank)
+# (docs/torch-internals.md, "torch.compile of a DDP module").
 _DDP_FILE_END = "torch/nn/parallel/distributed.py"
 _DDP_FORWARD_SKIPPED = "DistributedDataParallel._inside_ddp_forward"
 
@@ -122,9 +124,13 @@ def _ddp_compiled_outside(record: "ModeRecord") -> SkippedCompile | None:
     if any(not d.is_ca_graph and d.graph_op_count and not d.fail_type for d in record.of(DynamoCompileEvent)):
         return None
     where = f"{os.path.basename(calls[0]['file'])}:{calls[0]['line']}"
-    return SkippedCompile("torch.compile(DDP(module))", safe_line(where), "the module",
-                          f"Dynamo gives up on DDP's forward at `{_DDP_FORWARD_SKIPPED}` (a function torch marks not to trace, "
-                          "on DDP's C++ reducer)",
+    why = f"Dynamo gives up on DDP's forward at `{_DDP_FORWARD_SKIPPED}` (a function torch marks not to trace, on DDP's C++ reducer)"
+    if calls[0].get("via", "").startswith("accelerate/"):
+        # Accelerator(dynamo_backend=...).prepare() wraps the model in DDP, then compiles the wrapper.
+        return SkippedCompile(f"torch.compile(DDP(module)) by {safe_line(calls[0]['via'])}", safe_line(where), "the module", why,
+                              "give prepare() the compiled module, accelerator.prepare(torch.compile(model), ...), without "
+                              "dynamo_backend: accelerate then wraps it in DDP, and its forward compiles")
+    return SkippedCompile("torch.compile(DDP(module))", safe_line(where), "the module", why,
                           "wrap the compiled module instead, DDP(torch.compile(module)), which compiles its forward")
 
 

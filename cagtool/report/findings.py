@@ -15,8 +15,11 @@ from cagtool.record.schema import (
     FINDING_COMPILED_MODULE_UNUSED,
     FINDING_MODULE_COMPILE_SKIPPED,
     FINDING_THREAD_DIED,
+    DynamoCompileEvent,
     FindingEvent,
+    GraphBreakEvent,
 )
+from cagtool.record.manifest import typed_compile_calls
 from cagtool.report.text.safe_text import safe_line
 
 if TYPE_CHECKING:
@@ -115,9 +118,6 @@ _DDP_FORWARD_SKIPPED = "DistributedDataParallel._inside_ddp_forward"
 def _ddp_compiled_outside(record: "ModeRecord") -> SkippedCompile | None:
     """A compile call whose code is DDP's forward, in a process that compiled no forward graph and
     broke the graph at DDP's `_inside_ddp_forward`."""
-    from cagtool.record.manifest import typed_compile_calls
-    from cagtool.record.schema import DynamoCompileEvent, GraphBreakEvent
-
     calls = [c for c in typed_compile_calls(record.manifest) if c["code"][0].replace("\\", "/").endswith(_DDP_FILE_END)]
     if not calls or not any(_DDP_FORWARD_SKIPPED in (b.reason or "") for b in record.of(GraphBreakEvent)):
         return None

@@ -63,10 +63,11 @@ SPARSE_IN_CA_GRAPH = (
 )
 
 
-def sparse_in_ca_graph(exception: Any, break_reasons: Any) -> bool:
-    """The exception was raised while Dynamo compiled a compiled-autograd graph, in a mode whose
-    forward broke the graph on a sparse tensor: the sparse tensor is what that compile fails on."""
-    return in_ca_graph_compile(exception) and any(SPARSE_BREAK in (reason or "") for reason in break_reasons)
+def sparse_in_ca_graph(in_ca_graph: bool, break_reasons: Any) -> bool:
+    """A failure raised while Dynamo compiled a compiled-autograd graph (`in_ca_graph_compile`), in
+    a mode whose forward broke the graph on a sparse tensor: the sparse tensor is what that compile
+    fails on."""
+    return in_ca_graph and any(SPARSE_BREAK in (reason or "") for reason in break_reasons)
 
 
 def explain(exception: Any) -> str:

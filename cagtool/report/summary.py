@@ -504,7 +504,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         first_line = manifest.exception.message.splitlines()[0] if manifest.exception.message else ""
         console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
         meaning = explain_failure(manifest.exception)
-        if sparse_in_ca_graph(manifest.exception, (b.reason for b in record.of(GraphBreakEvent))):
+        if sparse_in_ca_graph(in_ca_graph_compile(manifest.exception), (b.reason for b in record.of(GraphBreakEvent))):
             meaning = meaning or SPARSE_IN_CA_GRAPH[0].upper() + SPARSE_IN_CA_GRAPH[1:]
         if in_ca_graph_compile(manifest.exception):
             # The message's "user code" is torch's generated graph, not the script: say whose it is.

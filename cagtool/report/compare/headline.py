@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 from cagtool.report.figures.pooled import base_mode
-from cagtool.report.known_failures import SPARSE_BREAK, SPARSE_IN_CA_GRAPH
+from cagtool.report.known_failures import SPARSE_IN_CA_GRAPH, sparse_in_ca_graph
 
 if TYPE_CHECKING:
     from cagtool.report.figures.metrics import ModeMetrics
@@ -834,7 +834,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         nodes = {f.ca_node for f in failures}
         first = ca_fails_fix(nodes.pop() if len(nodes) == 1 else None, _raised_outside(failures))
         breaks = column.metrics.graph_break_sites if column.metrics is not None else ()
-        if any(f.in_ca_graph for f in failures) and any(SPARSE_BREAK in site.reason for site in breaks):
+        if sparse_in_ca_graph(any(f.in_ca_graph for f in failures), (site.reason for site in breaks)):
             first = f"the failure first: {SPARSE_IN_CA_GRAPH}"
     if first is not None:
         advice, details = (f"{first}; then {advice}", details) if advice else (first, "summary")

@@ -49,7 +49,7 @@ from cagtool.report.figures.metrics import other_call_captures
 from cagtool.report.findings import SkippedCompile, skipped_compiles
 from cagtool.report.replaced import replaced_by
 from cagtool.report.recompiles.reads import (EVALUATION_FUNCTION, LimitHit, StepSummary, after_training, forward_step, inside_captures,
-                                             limit_hits, holding, short_file, step_summary, steps_and_seqs, training_end)
+                                             holding, limit_hits, short_file, step_summary, steps_and_seqs, training_end)
 from cagtool.torch_text import (
     GUARD_GRAD_MODE,
     GuardedValue,
@@ -294,6 +294,7 @@ class RecompileTable:
     def after_training(self, row: RecompileRow) -> bool:
         """The row compiled after training ended (reads.after_training): for calls no backward followed."""
         return bool(row.seqs) and after_training(row.step, min(row.seqs), self.last_step, self.training_end)
+
     @property
     def name(self) -> str:
         """What the table is called where it is shown: its record's name in the run (`eager.2`), else its mode."""

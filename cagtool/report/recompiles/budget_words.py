@@ -96,12 +96,12 @@ def _still_words(budget: ModeBudget, whose: str) -> str:
     for f in budget.still_compiling:
         if f.last_recompile_step == last or f.rate is None:
             still.append(f"frame {f.frame} still compiling at {whose} last step ({last})")
-        elif last is not None and f.last_recompile_step is not None and f.last_recompile_step > last:
-            still.append(f"frame {f.frame} recompiling about every {1 / f.rate:.2g} steps, the last in the step the job ended in, "
-                         f"after its last closed step ({last}): no sign it stopped")
+            continue
+        if last is not None and f.last_recompile_step is not None and f.last_recompile_step > last:
+            when = f"in the step the job ended in, after its last closed step ({last})"
         else:
-            still.append(f"frame {f.frame} recompiling about every {1 / f.rate:.2g} steps, the last at step {f.last_recompile_step}, "
-                         f"{_plural(last - f.last_recompile_step, 'step')} before the job's last ({last}): no sign it stopped")
+            when = f"at step {f.last_recompile_step}, {_plural(last - f.last_recompile_step, 'step')} before the job's last ({last})"
+        still.append(f"frame {f.frame} recompiling about every {1 / f.rate:.2g} steps, the last {when}: no sign it stopped")
     if budget.ca_still_capturing:
         still.append(f"compiled autograd still capturing at {whose} last step ({last})")
     return " and ".join(still)

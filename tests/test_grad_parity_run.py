@@ -425,3 +425,16 @@ def test_layerwise_training_with_a_recapture_in_ca_alone_agrees_at_the_runs_end(
     assert parity["agree"] and parity["summary"] == "gradients: the 2 modes agree on all 4 parameters at 2 digested steps", parity
     gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
     assert gate.returncode == 0, gate.stdout + gate.stderr
+
+
+def test_frozen_parameters_in_the_optimizer_are_not_counted_as_agreeing(record_run):
+    """A frozen layer's two parameters, handed to the optimizer, have no gradient in either mode:
+    they were counted in "agree on all 6 parameters"; they are said apart."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "frozen_in_optimizer.py"), modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    ca = pair(data, "ca")
+    assert ca["agrees"] and (ca["params"], ca["params_without_gradient"]) == (4, 2)
+    assert data["grad_parity"]["summary"].startswith(
+        "gradients: the 2 modes agree on all 4 parameters at ") and data["grad_parity"]["summary"].endswith(
+        "(2 more parameters without a gradient in any mode)")

@@ -185,6 +185,7 @@ def grad_parity_json(parity: Any) -> dict[str, Any] | None:
                 "not_comparable": p.not_comparable or None,
                 "steps": list(p.steps),
                 "params": p.params,
+                "params_without_gradient": p.gradless,  # no gradient on either side: not compared
                 "first_bad_step": p.first_bad_step,
                 "bad_steps": list(p.bad_steps),
                 "mismatches": p.mismatches,

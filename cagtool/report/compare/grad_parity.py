@@ -184,7 +184,7 @@ class PairParity:
     record: str
     reference: str
     steps: tuple[int, ...]  # compared: digested on both sides
-    params: int  # parameters compared (the union over the steps)
+    params: int  # parameters compared (the union over the steps) with a gradient on a side at a step
     first_bad_step: int | None = None
     first_bad: tuple[ParamMismatch, ...] = ()  # every mismatch at the first bad step
     bad_steps: tuple[int, ...] = ()
@@ -208,6 +208,9 @@ class PairParity:
     # differ comes at or after it and the drift rule cannot set the difference apart: the gradients
     # of parameters that had already moved apart, still counted, no kind read into them.
     after_parting: int | None = None
+    # Parameters with no gradient on either side at every step compared (frozen but handed to the
+    # optimizer, or not reached by the loss): not counted in `params` or `compared`.
+    gradless: int = 0
 
     def resumed_from(self, written: WrittenFiles) -> PairParity:
         """Not comparable for other inputs, where the comparison of the losses found the record's
@@ -224,8 +227,15 @@ class PairParity:
     @property
     def all_zero(self) -> bool:
         """Every gradient compared is zero on both sides: they agree, and that says nothing of the
-        backward (a loss that does not reach the parameters; digests taken after the job zeroed them)."""
-        return self.compared > 0 and self.zero == self.compared
+        backward (a loss that does not reach the parameters; digests taken after the job zeroed them).
+        So is no parameter with a gradient on either side."""
+        return self.zero == self.compared and (self.compared > 0 or self.gradless > 0)
+
+    def gradless_words(self) -> str:
+        """The parameters left out of the count for having no gradient on either side."""
+        if not self.gradless:
+            return ""
+        return f"; {_n(self.gradless, 'more parameter')} {'has' if self.gradless == 1 else 'have'} no gradient on either side"
 
     @property
     def agrees(self) -> bool:
@@ -236,14 +246,18 @@ class PairParity:
             return f"{self.record} vs {self.reference}: not comparable: {self.not_comparable}"
         if not self.steps:
             return f"{self.record} vs {self.reference}: no digested step in common"
+        if self.first_bad_step is None and self.all_zero and not self.params:
+            return (f"{self.record} vs {self.reference}: no parameter has a gradient on either side ({_n(self.gradless, 'parameter')} "
+                    f"at {_n(len(self.steps), 'digested step')}): nothing to compare (the loss does not reach the parameters, or "
+                    "they were digested after the job set their gradients to None)")
         if self.first_bad_step is None and self.all_zero:
             return (f"{self.record} vs {self.reference}: every gradient compared is zero on both sides ({_n(self.params, 'parameter')} "
-                    f"at {_n(len(self.steps), 'digested step')}): nothing to compare (the loss does not reach the parameters, or "
-                    "they were digested after the job zeroed them)")
+                    f"at {_n(len(self.steps), 'digested step')}{self.gradless_words()}): nothing to compare (the loss does not reach "
+                    "the parameters, or they were digested after the job zeroed them)")
         if self.first_bad_step is None:
             return (f"{self.record} agrees with {self.reference} on all {_n(self.params, 'parameter')} at "
                     f"{_n(len(self.steps), 'digested step')} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance"
-                    f"{self.precision_words()})" + self.drift_words())
+                    f"{self.precision_words()}{self.gradless_words()})" + self.drift_words())
         names = ", ".join(m.name for m in self.first_bad[:3]) + (f" and {len(self.first_bad) - 3} more" if len(self.first_bad) > 3 else "")
         unsynced = " (gradients not synchronised across ranks)" if self.across_ranks else ""
         return (f"{self.record} differs from {self.reference} first at step {self.first_bad_step}, in {len(self.first_bad)} of "
@@ -319,7 +333,10 @@ class GradParity:
             records = {p.record.split(" ")[0] for p in compared} | {(self.reference or "").split(" ")[0]}
             modes = {base_mode(record) for record in records}  # `ca.2`: the ca mode's second process (--repeat)
             ranks = {p.record.partition(" ")[2] for p in compared} - {""}
-            params = max(p.params for p in compared)
+            widest = max(compared, key=lambda p: (p.params, -p.gradless))
+            params = widest.params
+            gradless = (f" ({_n(widest.gradless, 'more parameter')} without a gradient in any {'mode' if len(modes) > 1 else 'process'})"
+                        if widest.gradless else "")
             steps = max(len(p.steps) for p in compared)
             where = f" on each of {len(ranks)} ranks" if ranks else ""
             processes = f" ({len(records)} processes)" if len(records) > len(modes) else ""
@@ -332,7 +349,7 @@ class GradParity:
             who = f"the {len(modes)} modes" if len(modes) > 1 else f"the {len(records)} processes of {next(iter(modes))}"
             processes = processes if len(modes) > 1 else ""
             return (f"gradients: {who} agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
-                    + precision + later + self._nonfinite_said())
+                    + gradless + precision + later + self._nonfinite_said())
         bad = self.disagreements
         if bad and (beside := self.compiled_otherwise()) is not None:
             eager = min((p for p in bad if base_mode(p.record.split(" ")[0]) == "aot"), key=lambda p: (p.first_bad_step, p.record))
@@ -552,6 +569,7 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
     """`partial`: compare only the parameters both sides digested, at every step."""
     steps = tuple(sorted(set(got) & set(ref)))
     names: set[str] = set()
+    graded: set[str] = set()  # ... of which a side has a gradient at a step
     first_bad_step: int | None = None
     first_bad: list[ParamMismatch] = []
     bad_steps: list[int] = []
@@ -568,6 +586,9 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
         for name in ([n for n in there if n in here] if partial else list(there) + [n for n in here if n not in there]):
             names.add(name)
             mine, theirs = here.get(name), there.get(name)
+            if (mine is None or mine.norm is None) and (theirs is None or theirs.norm is None):
+                continue  # no gradient on either side: nothing compared (frozen, or not reached)
+            graded.add(name)
             pairs += 1
             zero += mine is not None and theirs is not None and mine.norm == 0.0 and theirs.norm == 0.0
             excess, mismatch = compare_param(name, step, mine, theirs, largest, tol)
@@ -585,10 +606,10 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
             if first_bad_step is None:
                 first_bad_step, first_bad = step, found
     return PairParity(
-        record=record, reference=reference, steps=steps, params=len(names), first_bad_step=first_bad_step,
+        record=record, reference=reference, steps=steps, params=len(graded), first_bad_step=first_bad_step,
         first_bad=tuple(first_bad), bad_steps=tuple(bad_steps), mismatches=count, max_excess=worst if math.isfinite(worst) else math.inf,
         only_record=tuple(sorted(set(got) - set(ref))), only_reference=tuple(sorted(set(ref) - set(got))), across_ranks=across_ranks,
-        compared=pairs, zero=zero,
+        compared=pairs, zero=zero, gradless=len(names - graded),
     )
 
 

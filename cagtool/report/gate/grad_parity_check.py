@@ -36,7 +36,8 @@ def grad_parity_result(run: RunRecord, scale: float, source: str = "flag") -> Ch
     compared = [p for p in parity.pairs if not p.not_comparable and p.steps]
     bad = parity.disagreements
     data = {"reference": parity.reference, "scale": scale, "pairs": [
-        {"record": p.record, "reference": p.reference, "first_bad_step": p.first_bad_step, "params": p.params, "steps": list(p.steps),
+        {"record": p.record, "reference": p.reference, "first_bad_step": p.first_bad_step, "params": p.params,
+         "params_without_gradient": p.gradless, "steps": list(p.steps),
          "bad": [m.name for m in p.first_bad], "kinds": sorted({m.kind for m in p.first_bad}), "not_comparable": p.not_comparable or None,
          "max_excess": p.max_excess if p.max_excess != float("inf") else "inf"} for p in parity.pairs]}
     if bad:

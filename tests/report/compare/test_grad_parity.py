@@ -198,3 +198,29 @@ def test_a_parameter_only_one_sides_end_of_run_digest_holds_is_not_a_missing_gra
     assert at_end.agrees and at_end.steps == (0, 23) and at_end.params == 2
     anywhere = compare_digests("ca", "eager", got, ref, GradTolerance())
     assert not anywhere.agrees and {m.kind for m in anywhere.first_bad} == {MISSING} and anywhere.first_bad_step == 23
+
+
+def test_parameters_without_a_gradient_on_either_side_are_not_counted_as_agreeing():
+    """A frozen parameter handed to the optimizer (or one the loss does not reach) has no gradient
+    in any mode: "agree on all 6 parameters" counted it. It is left out of the count and said apart;
+    where no parameter has a gradient, nothing is compared and the gate cannot pass on it."""
+    from cagtool.report.compare.grad_parity import GradParity
+
+    none = Digest(None, None, None, "float32", 16)
+    base = {**step_digests(grads(3, SHAPES)), "frozen.weight": none, "frozen.bias": none}
+    pair = compare_digests("ca", "eager", {0: base, 4: base}, {0: base, 4: base}, GradTolerance())
+    assert pair.agrees and (pair.params, pair.gradless, pair.compared) == (4, 2, 8)
+    assert "on all 4 parameters at 2 digested steps (steps 0, 4; worst 0x the tolerance; 2 more parameters have no gradient on either side)" in pair.verdict()
+    said = GradParity("eager", (pair,)).summary()
+    assert said == "gradients: the 2 modes agree on all 4 parameters at 2 digested steps (2 more parameters without a gradient in any mode)"
+    # one side has a gradient the other has not: still a missing gradient, counted
+    one_side = {**base, "frozen.bias": step_digests(grads(4, {"frozen.bias": 16}))["frozen.bias"]}
+    missing = compare_digests("ca", "eager", {0: one_side}, {0: base}, GradTolerance())
+    assert not missing.agrees and [m.kind for m in missing.first_bad] == [MISSING] and (missing.params, missing.gradless) == (5, 1)
+    # no parameter has a gradient anywhere: nothing compared, not "agree on all 0 parameters"
+    nothing = {name: none for name in base}
+    empty = compare_digests("ca", "eager", {0: nothing}, {0: nothing}, GradTolerance())
+    assert empty.all_zero and (empty.params, empty.gradless) == (0, 6)
+    assert GradParity("eager", (empty,)).summary() == (
+        "gradients: ca vs eager: no parameter has a gradient on either side (6 parameters at 1 digested step): nothing to compare "
+        "(the loss does not reach the parameters, or they were digested after the job set their gradients to None)")

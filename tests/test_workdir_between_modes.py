@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT, cagtool_cmd, cli_in_process
 
-from cagtool.capture.run.workdir import MAX_DEPTH, list_workdir, written_since
+from cagtool.capture.run.workdir import MAX_DEPTH, list_workdir, set_aside, written_since
 
 SCRIPT = Path(__file__).parent / "scripts" / "resumes_from_snapshot.py"
 
@@ -77,13 +77,71 @@ def test_a_mode_that_resumed_at_the_jobs_end_trained_nothing_and_agrees_in_nothi
     code, text, _ = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
     flat = " ".join(text.split())
     assert code == 0
-    assert "numerics not comparable: ca started from files an earlier mode wrote (snapshot.pt)" in flat
+    # The headline leads with it (no "no recompiles", no figure of the mode: nothing of it was
+    # measured), and says what to do.
+    assert flat.startswith("ca trained no step: it resumed at the job's end from files an earlier mode wrote in its directory "
+                           "(snapshot.pt), so nothing of it was measured; "), flat[:400]
+    assert "no recompiles" not in flat.split("what to do:")[0]
+    assert "what to do: run again with --isolate-workdir" in flat
     assert "Numerics: ca started after an earlier mode wrote snapshot.pt in the job's working directory and trained no step" in flat
     assert "agree with eager" not in flat.split("gradients:")[0], flat
     assert "ca: it trained no step" in flat
     # Every count of a mode that trained nothing is 0: a gate on it measured nothing, and fails.
     code, text, _ = cli_in_process("gate", "--no-config", "--max-recompiles", "ca:0", str(out), env={"CI": "true"}, cwd=tmp_path)
     assert code == 1 and "ERROR: mode-finished (ca): status finished, 0 steps: nothing of the job's training ran in it" in text, text
+    # ... and a count under its limit there is no improvement to tighten the limit on
+    code, text, _ = cli_in_process("gate", "--no-config", "--max-recompiles", "ca:3", str(out), env={"CI": "true", "COLUMNS": "300"}, cwd=tmp_path)
+    row = next(line.split() for line in text.splitlines() if line.startswith("max-recompiles"))
+    assert code == 1 and row[1:5] == ["ca", "0", "<=", "3"] and row[5] == "PASS", text
+
+
+@pytest.mark.slow
+def test_isolate_workdir_starts_every_mode_from_the_directory_the_first_found(tmp_path):
+    """The same job with --isolate-workdir: the snapshot eager saved is moved into the run's
+    workdir/eager/ before ca starts, so ca trains from the start as eager did (the modes agree), and
+    ca's own is moved after it: the job's directory is left as it was. A file that was there
+    before and that a mode changed cannot be put back: it is still named as written before."""
+    (tmp_path / "kept.txt").write_text("the user's own file")
+    out = tmp_path / "run"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "--isolate-workdir", "-o", str(out),
+                                      str(SCRIPT), "--save-last"), cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming" not in proc.stdout and proc.stdout.count("done") == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt", "run"]
+    assert (out / "workdir" / "eager" / "snapshot.pt").is_file() and (out / "workdir" / "ca" / "snapshot.pt").is_file()
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["written_before"] == {} and meta["options"]["isolate_workdir"] is True
+    assert meta["set_aside"] == {"eager": {"paths": ["snapshot.pt"], "count": 1}, "ca": {"paths": ["snapshot.pt"], "count": 1}}
+    code, text, _ = cli_in_process("compare", str(out), env={"CI": "true", "COLUMNS": "400"}, cwd=tmp_path)
+    flat = " ".join(text.split())
+    assert code == 0 and "numerics agree" in flat and "earlier mode wrote" not in flat, flat
+    assert ("Working directory: every mode started from it as the first found it (--isolate-workdir): what each created there "
+            "was moved into the run's workdir/<mode>/ (eager: snapshot.pt; ca: snapshot.pt)") in flat
+    # A forged record's names are text, never escapes.
+    meta["set_aside"] = {"eager": {"paths": ["\x1b]0;owned\x07x.pt"], "count": 1}}
+    (out / "run.json").write_text(json.dumps(meta))
+    code, text, _ = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
+    assert code == 0 and "\x1b" not in text and "\x07" not in text and "workdir/<mode>/" in text
+
+
+def test_set_aside_moves_only_the_files_a_mode_created(tmp_path):
+    """Only regular files new since the first listing move; a changed file that was there, a link
+    and a file with a second name stay where the job left them."""
+    (tmp_path / "data.txt").write_text("before")
+    first = list_workdir(str(tmp_path), tmp_path / "run")
+    (tmp_path / "data.txt").write_text("changed by a mode")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "last.pt").write_bytes(b"x")
+    (tmp_path / "twice.bin").write_bytes(b"y")
+    os.link(tmp_path / "twice.bin", tmp_path / "ckpt" / "second-name.bin")
+    now = list_workdir(str(tmp_path), tmp_path / "run")
+    moved, left = set_aside(str(tmp_path), first, now, tmp_path / "run" / "workdir" / "eager")
+    assert moved == [os.path.join("ckpt", "last.pt")]
+    assert left == [os.path.join("ckpt", "second-name.bin"), "twice.bin"]
+    assert (tmp_path / "run" / "workdir" / "eager" / "ckpt" / "last.pt").read_bytes() == b"x"
+    assert (tmp_path / "data.txt").read_text() == "changed by a mode" and (tmp_path / "twice.bin").exists()
+    assert written_since(first, list_workdir(str(tmp_path), tmp_path / "run")) == sorted(["data.txt", *left])
 
 
 @pytest.mark.slow

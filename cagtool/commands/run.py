@@ -123,6 +123,12 @@ def run_command(
         "K >= 5 (each process is one piece of evidence); with fewer, speedups are figures, not verdicts.",
     ),
     warm_cache: bool = typer.Option(False, "--warm-cache", help="Share the Inductor cache between modes instead of a fresh one per mode."),
+    isolate_workdir: bool = typer.Option(
+        False, "--isolate-workdir",
+        help="Start every mode from the job's working directory as the first mode found it: what a mode creates there "
+        "(a checkpoint the job would resume from) is moved into <run>/workdir/<mode>/ before the next mode and after the "
+        "last. Files that were there before and that a mode changed cannot be put back (the comparison names them).",
+    ),
     trace_nodes: bool = typer.Option(False, "--trace-nodes", help="Record where each autograd node was created (anomaly-mode tracebacks: exact source lines for recompiles, slower)."),
     depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory. "
                                  "Compiled autograd's capture is then hidden from Dynamo (with depyf's hooks it recurses, "
@@ -220,6 +226,7 @@ def run_command(
         max_time=max_time,
         repeat=repeat,
         warm_cache=warm_cache,
+        isolate_workdir=isolate_workdir,
         trace_nodes=trace_nodes,
         depyf=depyf,
         torch_trace=torch_trace,

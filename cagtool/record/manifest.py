@@ -89,6 +89,7 @@ class RunOptions(TypedDict, total=False):
     repeat: int
     order_seed: int | None  # the modes' order in each block of --repeat (orchestrate.mode_dirs)
     warm_cache: bool
+    isolate_workdir: bool  # what each mode created in the job's directory set aside (capture/run/workdir.py)
     keep_cache: bool
     seed: int | None
     parity_every: int | None
@@ -193,6 +194,8 @@ class RunMeta(Struct):
     # Mode name -> the files in the job's working directory that were new or changed when it
     # started, written by the modes before it (capture/run/workdir.py): {"paths": [...], "count": N}.
     written_before: dict[str, WrittenFiles] = field(default_factory=dict)
+    # With --isolate-workdir: mode name -> the files it created there, moved into <run>/workdir/<mode>/.
+    set_aside: dict[str, WrittenFiles] = field(default_factory=dict)
 
 
 def process_identity(manifest: ModeManifest) -> str | None:

@@ -189,6 +189,8 @@ def rerun_argv(run: RunRecord, mode: str, repeat: int, output: Path, fix: Fix | 
             argv += [flag, str(options[key])]
     if options.get("warm_cache"):
         argv.append("--warm-cache")
+    if options.get("isolate_workdir"):
+        argv.append("--isolate-workdir")
     if fix is not None:
         argv += [flag for flag in fix.run_flags if flag not in argv]
     target = run.meta.target

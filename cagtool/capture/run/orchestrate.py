@@ -26,7 +26,7 @@ from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, ad
 from cagtool.capture.run.status import restore_terminal
 from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.run.target import Target, module_file
-from cagtool.capture.run.workdir import list_workdir, written_record, written_since
+from cagtool.capture.run.workdir import SET_ASIDE_DIR, list_workdir, set_aside, written_record, written_since
 from cagtool.record.writer import write_json_atomic, write_run_meta
 from cagtool.record.manifest import RunMeta, WrittenFiles
 from cagtool.record.seal import seal_job
@@ -50,6 +50,9 @@ class RunOptions:
     max_time: float | None = None
     repeat: int = 1
     warm_cache: bool = False
+    # Move what each mode created in the job's working directory into <run>/workdir/<mode>/ before
+    # the next mode and after the last (workdir.py): every mode starts from the same directory.
+    isolate_workdir: bool = False
     trace_nodes: bool = False
     depyf: bool = False
     torch_trace: bool = False
@@ -159,6 +162,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
             "repeat": options.repeat,
             "order_seed": options.order_seed,
             "warm_cache": options.warm_cache,
+            "isolate_workdir": options.isolate_workdir,
             "keep_cache": options.keep_cache,
             "seed": options.seed,
             "parity_every": options.parity_every,
@@ -182,6 +186,19 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
 
     ready: _ModeProcess | None = None  # the next mode's process, started while the last one exits
     first_listing = None  # the job's working directory before the first mode ran (workdir.py)
+
+    def isolate(listing: dict, mode: str) -> dict:
+        """--isolate-workdir: what `mode` created in the job's directory, moved into the run's
+        workdir/<mode>/ (workdir.py); the directory's listing after it."""
+        if not options.isolate_workdir or first_listing is None:
+            return listing
+        moved, left = set_aside(meta.cwd, first_listing, listing, run_dir / SET_ASIDE_DIR / mode)
+        if moved:
+            meta.set_aside[mode] = WrittenFiles(**written_record(moved))  # type: ignore[arg-type]
+        if left:
+            print(f"cagtool: --isolate-workdir could not move {len(left)} file(s) {mode} created: {', '.join(left[:3])}",
+                  file=sys.stderr)
+        return list_workdir(meta.cwd, run_dir) if moved else listing
     try:
         with ChildSupervisor() as supervisor:
             try:
@@ -194,7 +211,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
                     listing = list_workdir(meta.cwd, run_dir)  # before the script runs (its process may be importing torch)
                     if first_listing is None:
                         first_listing = listing
-                    elif written := written_since(first_listing, listing):
+                    elif written := written_since(first_listing, isolate(listing, names[index - 2])):
                         meta.written_before[name] = WrittenFiles(**written_record(written))  # type: ignore[arg-type]
 
                     def start_next(following: int = index + 1) -> None:
@@ -239,6 +256,8 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
                 code = outcome.outcomes[-1].exit_code or 130
                 outcome.interrupted, outcome.signal = True, code - 128 if code > 128 else signal.SIGINT
     finally:
+        if first_listing is not None and outcome.outcomes:  # the last mode's files too: the directory as before the run
+            isolate(list_workdir(meta.cwd, run_dir), outcome.outcomes[-1].mode)
         meta.status = STATUS_INTERRUPTED if outcome.interrupted else "finished"
         meta.ended_at = _timestamp()
         meta.exit_code = outcome.exit_code

@@ -7,6 +7,14 @@ the modes then compute different things (fewer steps, other weights). The direct
 (names, sizes, modification times; never contents) before the first mode and before each later
 one; what is new or changed was written by the modes before, and the comparison says so.
 
+With `cagtool run --isolate-workdir`, what a mode created there (a file the first listing did not
+hold) is moved into the run directory, under workdir/<mode>/, before the next mode and after the
+last: every mode starts from the directory as the first one found it, and the job's directory is
+left as it was. A file that was there before and that a mode changed cannot be put back (nothing
+kept its old content): it is listed as written before the next mode, as without the flag. Only
+regular files this listing saw are moved (never a symbolic link, never past the listing's bounds);
+directories a mode created are left, empty.
+
 The listing is bounded (MAX_ENTRIES entries, MAX_DEPTH levels) and skips hidden directories
 (.git, .cagtool, virtualenvs), __pycache__ and the run directory itself: a dataset tree is not
 walked whole. Files this process's standard streams go to (`cagtool run train.py > log.txt`) are
@@ -16,12 +24,14 @@ left out too: every mode writes there through cagtool, not the job from its own 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
 MAX_ENTRIES = 20_000
 MAX_DEPTH = 3
 MAX_NAMED = 20  # paths kept per mode in run.json; `count` says how many in all
+SET_ASIDE_DIR = "workdir"  # <run>/workdir/<mode>/: what --isolate-workdir moved out of the job's directory
 
 Listing = dict[str, tuple[int, int]]  # relative path -> (size, mtime_ns)
 
@@ -77,3 +87,27 @@ def written_since(before: Listing, now: Listing) -> list[str]:
 def written_record(paths: list[str]) -> dict[str, object]:
     """What run.json keeps of them: the first MAX_NAMED paths and how many in all."""
     return {"paths": paths[:MAX_NAMED], "count": len(paths)}
+
+
+def set_aside(cwd: str, first: Listing, now: Listing, dest: Path) -> tuple[list[str], list[str]]:
+    """Move the files of `now` that `first` did not hold from `cwd` into `dest` (the same relative
+    paths): (moved, not moved), each sorted. A path that is no longer a regular file, or that has
+    another name too, is not moved."""
+    moved: list[str] = []
+    left: list[str] = []
+    for path in sorted(set(now) - set(first)):
+        source = os.path.join(cwd, path)
+        try:
+            st = os.lstat(source)
+            # a link, or a file with another name too (a hard link): not the mode's own file to carry
+            # into the record, whose readers refuse both (record/merge.py)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+                left.append(path)
+                continue
+            target = dest / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(source, target)
+            moved.append(path)
+        except OSError:
+            left.append(path)
+    return moved, left

@@ -464,6 +464,9 @@ class Numerics:
     # record -> (the first paths, how many) of the files in the job's working directory that an
     # earlier mode wrote before it started (RunMeta.written_before): a job resuming from its own files.
     written_before: dict[str, WrittenFiles] = field(default_factory=dict)
+    # record -> the files it created there that `cagtool run --isolate-workdir` moved into the run's
+    # workdir/<record>/ (RunMeta.set_aside): every mode started from the directory as the first found it.
+    set_aside: dict[str, WrittenFiles] = field(default_factory=dict)
     # record -> (its loss, the reference's) at the first step, for each record whose first-step loss
     # already differs (inputs_differ): what the words quote (the diffs hold the worst step's).
     first_losses: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -999,7 +1002,9 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
     options = run.meta.options or {}
     unseeded = "seed" in options and options.get("seed") is None  # --seed off (an imported run says nothing)
     reads = {name: found for name, record in run.modes.items() if name in written and (found := workdir_reads(record)) is not None}
-    return replace(modes_numerics(samples, tol, gradients, written, compilers_differ(run)), unseeded=unseeded, reads=reads)
+    set_aside = {name: w for name, w in (run.meta.set_aside or {}).items() if name in run.modes}
+    return replace(modes_numerics(samples, tol, gradients, written, compilers_differ(run)), unseeded=unseeded, reads=reads,
+                   set_aside=set_aside)
 
 
 # Files native code reads without Python's `open` (safetensors' Rust reader, HDF5's C library), so

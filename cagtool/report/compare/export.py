@@ -101,6 +101,9 @@ def _numerics_json(n: Numerics) -> dict[str, Any]:
         "max_rel_diff": finite(n.max_rel_diff),
         "diffs": [_diff_json(d) for d in n.diffs],
         "notes": list(n.notes),
+        # record -> the files an earlier mode wrote before it started / that --isolate-workdir moved away after it
+        "written_before": {record: {"paths": list(w.paths), "count": w.count} for record, w in n.written_before.items()},
+        "set_aside": {record: {"paths": list(w.paths), "count": w.count} for record, w in n.set_aside.items()},
     }
 
 

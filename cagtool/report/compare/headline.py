@@ -95,14 +95,15 @@ def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_noth
     return f"{mode}: {figure}{on} ({word}, {ci}{basis})", GOOD if word == "faster" else BAD
 
 
-def _cost_phrase(comparison: Comparison) -> str:
+def _cost_phrase(comparison: Comparison, idle: set[str] = frozenset()) -> str:  # type: ignore[assignment]
     """What replicates between processes, and what compiled autograd most often changes: ca's
-    graphs and graph breaks, each mode's compile time, time to the first step and peak memory."""
-    columns = [c for name, c in comparison.modes.items() if name in ("aot", "ca") and c.metrics is not None]
+    graphs and graph breaks, each mode's compile time, time to the first step and peak memory.
+    `idle`: modes that trained nothing (resumed at the job's end): none of their figures is the job's."""
+    columns = [c for name, c in comparison.modes.items() if name in ("aot", "ca") and name not in idle and c.metrics is not None]
     if not columns:
-        columns = [c for c in comparison.modes.values() if c.metrics is not None][-1:]
+        columns = [c for name, c in comparison.modes.items() if name not in idle and c.metrics is not None][-1:]
     bits = []
-    ca = _ca_column(comparison)
+    ca = _ca_column(comparison) if "ca" not in idle else None
     if ca is not None and ca.metrics is not None:
         m = ca.metrics
         graphs, breaks = _other_ranks(comparison, ca, lambda r: r.ca_graphs), _other_ranks(comparison, ca, breaks_figure)
@@ -645,6 +646,16 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         # The process finished (maybe exit 0) without that thread's work.
         phrases.append(f"in {' and '.join(names)}, {deaths[0]}" + (f" (+{len(deaths) - 1} more)" if len(deaths) > 1 else ""))
         tones.append(BAD)
+    # Modes that trained nothing for resuming at the job's end from files an earlier mode wrote
+    # (a checkpoint saved after the last epoch): nothing of them was measured, said before any figure.
+    numerics = comparison.numerics
+    idle = {record: files for record, files in numerics.resumed.items() if record in numerics.stepless}
+    if idle and numerics.reference is not None:
+        files = next(iter(idle.values()))
+        phrases.append(f"{' and '.join(idle)} trained no step: {'it' if len(idle) == 1 else 'they'} resumed at the job's end from "
+                       f"files an earlier mode wrote in its directory ({files.shown()}), so nothing of {'it' if len(idle) == 1 else 'them'} "
+                       "was measured")
+        tones.append(BAD)
     # A module.compile() that compiled nothing: the job asked for torch.compile and ran eagerly.
     skipped = _skipped_compile(comparison)
     if skipped is not None:
@@ -652,7 +663,8 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         phrases.append(f"{first.words} in {' and '.join(where)}")
         tones.append(BAD)
     # What replicates first (counts, compile time, first step, memory), then the time verdict.
-    recompiles = _recompile_phrase(comparison, verified, explanation)
+    idle_modes = {base_mode(record) for record in idle}
+    recompiles = _recompile_phrase(comparison, verified, explanation) if "ca" not in idle_modes else ""
     if recompiles:
         phrases.append(recompiles)
         # A storm or a recompile limit costs every step: part of the verdict, not a detail.
@@ -660,7 +672,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         if alerts:
             phrases.extend(alerts)
             tones.append(BAD)
-    cost = _cost_phrase(comparison)
+    cost = _cost_phrase(comparison, idle_modes)
     if cost:
         phrases.append(cost)
     split = _checkpoint_split_phrase(comparison, explanation)
@@ -681,13 +693,16 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         phrases.append(f"compiled autograd was off for {ca_metrics.backward_calls_outside_ca} of the ca mode's "
                        f"{ca_metrics.backward_calls} backward calls (inside torch.func's transforms, or after torch._dynamo.reset())")
         tones.append(NEUTRAL)
-    numerics = comparison.numerics
+    if speed is not None and {speed.mode, speed.baseline} & {base_mode(record) for record in idle}:
+        speed = None  # a mode of it trained nothing (said above): no figure, no "not timed"
     if speed is not None:
         differ = {base_mode(d.record) for d in numerics.disagreements} if numerics.reference is not None else set()
         if numerics.against_aot and all(d.agrees for d in numerics.against_aot):
             differ -= {"ca", "aot"} if {speed.mode, speed.baseline} == {"ca", "aot"} else set()  # the same numbers: the same job
         aot = comparison.modes.get("aot")
-        aot_nothing = aot is not None and aot.metrics is not None and aot.metrics.forward_graphs == 0 and aot.metrics.backward_graphs == 0
+        # ... where it ran the job: a mode that trained no step compiled nothing for want of a forward
+        aot_nothing = (aot is not None and aot.metrics is not None and aot.metrics.forward_graphs == 0 and aot.metrics.backward_graphs == 0
+                       and (aot.metrics.steps > 0 or aot.metrics.backward_calls > 0))
         text, tone = _speed_phrase(speed, trained_otherwise=bool(differ & {speed.mode, speed.baseline}), aot_compiled_nothing=aot_nothing,
                                   skipped=skipped[0] if skipped is not None else None)
         phrases.append(text)
@@ -726,11 +741,13 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             phrases.append(f"numerics not comparable: {' and '.join(numerics.shared)} trained weights in shared memory that "
                            "other processes wrote too")
         elif numerics.resumed:
-            # A job resuming from files an earlier mode wrote (workdir.py): the modes ran different jobs.
-            resumed = numerics.resumed
-            first = next(iter(resumed.values()))
-            phrases.append(f"numerics not comparable: {' and '.join(resumed)} started from files an earlier mode wrote "
-                           f"({first.shown()})")
+            # A job resuming from files an earlier mode wrote (workdir.py): the modes ran different
+            # jobs (those that trained nothing for it are said above).
+            resumed = {record: files for record, files in numerics.resumed.items() if record not in idle}
+            if resumed:
+                first = next(iter(resumed.values()))
+                phrases.append(f"numerics not comparable: {' and '.join(resumed)} started from files an earlier mode wrote "
+                               f"({first.shown()})")
         elif numerics.inputs_differ and numerics.against_aot:
             # Both compiled modes differ from eager from the first step, alike: ca against aot,
             # whose forward is compiled the same way, is what says whether compiled autograd matters.
@@ -836,6 +853,10 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         breaks = column.metrics.graph_break_sites if column.metrics is not None else ()
         if sparse_in_ca_graph(any(f.in_ca_graph for f in failures), (site.reason for site in breaks)):
             first = f"the failure first: {SPARSE_IN_CA_GRAPH}"
+    if idle and not advice:
+        files = next(iter(idle.values()))
+        first = (f"run again with --isolate-workdir (cagtool then moves what each mode creates in the job's directory, "
+                 f"{files.shown()} here, into the run directory before the next mode), or point the job at a fresh directory")
     if first is not None:
         advice, details = (f"{first}; then {advice}", details) if advice else (first, "summary")
     if skipped is not None:  # before anything else: the module was never compiled

@@ -304,6 +304,10 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     if numerics.reference is None:
         return [(f"Numerics: {n}", False) for n in numerics.notes] or [("Numerics: nothing to compare", False)]
     lines: list[tuple[str, bool]] = []
+    if numerics.set_aside:
+        each = "; ".join(f"{record}: {files.shown()}" for record, files in numerics.set_aside.items())
+        lines.append((f"Working directory: every mode started from it as the first found it (--isolate-workdir): what each "
+                      f"created there was moved into the run's workdir/<mode>/ ({each})", False))
     worst = worst_diff(list(numerics.diffs))
     tolerance = f"rtol {tol.rtol:g}, atol {tol.atol:g}"
     if numerics.shared:
@@ -429,8 +433,9 @@ def _resumed_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     return [(f"Numerics: {record} started after an earlier mode wrote {files.shown()} in the job's working directory"
              + (" and trained no step" if record in numerics.stepless else "")
              + ": a job that resumes from its own files (a checkpoint, a cache) runs differently in each mode, so its "
-             "numerics (and steps) say nothing about compiled autograd. Move those files away before each mode, or "
-             "point the job at a fresh directory (cagtool runs every mode in the directory python would)", False)
+             "numerics (and steps) say nothing about compiled autograd. Run again with --isolate-workdir (cagtool then "
+             "moves what each mode creates there into the run directory before the next mode), or point the job at a "
+             "fresh directory (cagtool runs every mode in the directory python would)", False)
             for record, files in numerics.resumed.items()]
 
 

@@ -292,6 +292,8 @@ class MaxCountCheck:
             outcome, message = Outcome.FAIL, f"{head} > {limit} allowed (+{delta})"
         elif delta < 0 and not finished_cleanly(run[self.mode]):
             outcome, message = Outcome.PASS, f"{head} < {limit} allowed ({delta}), but the mode did not finish: not an improvement"
+        elif delta < 0 and trained_nothing(run[self.mode]):
+            outcome, message = Outcome.PASS, f"{head} < {limit} allowed ({delta}), but nothing of the job's training ran in it: not an improvement"
         elif delta < 0:
             what = "refresh the baseline" if self.limit is None else "lower the limit"
             outcome, message = Outcome.IMPROVED, f"{head} < {limit} allowed ({delta}): improved, {what}"
@@ -334,16 +336,22 @@ class ModeStatusCheck:
         if snap.process_problems:
             message += "; " + "; ".join(snap.process_problems)
         outcome = Outcome.PASS if ok else Outcome.FAIL
-        if ok and not self.launcher and snap.steps == 0 and snap.ca_graphs == 0 and snap.backward_graphs == 0 and snap.forward_graphs == 0:
+        if ok and not self.launcher and trained_nothing(snap):
             # Nothing of the job's training ran: every count is 0 and every limit would pass.
             outcome, ok = Outcome.ERROR, False
             message = (f"{self.name} ({self.mode}): status {snap.status}, 0 steps: nothing of the job's training ran in it (no step, "
                        "backward or compiled graph), so every count of it would pass every limit; a job that resumed at its end "
-                       "from a checkpoint an earlier mode wrote in its directory does this (cagtool compare names the files)")
+                       "from a checkpoint an earlier mode wrote in its directory does this (cagtool compare names the files; "
+                       "`cagtool run --isolate-workdir` starts every mode from the directory the first found)")
         return CheckResult(
             self.name, self.mode, outcome, not ok, actual, "finished", message, self.source,
             data={"status": snap.status, "exit_code": snap.exit_code, "steps": snap.steps},
         )
+
+
+def trained_nothing(snap: ModeSnapshot) -> bool:
+    """No step, no backward graph, no compiled graph: none of the mode's counts measured the job."""
+    return snap.steps == 0 and snap.ca_graphs == 0 and snap.backward_graphs == 0 and snap.forward_graphs == 0
 
 
 def finished_cleanly(snap: ModeSnapshot) -> bool:

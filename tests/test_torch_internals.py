@@ -9,6 +9,7 @@ import inspect
 import json
 import logging
 import operator
+import os
 import re
 import subprocess
 import sys
@@ -1332,3 +1333,22 @@ def test_a_compiled_non_reentrant_checkpoint_on_the_eager_backend_moves_the_gene
     finally:
         torch._dynamo.reset()
     assert moved == {None: False, "eager": True, "aot_eager": False}
+
+
+def test_inductor_keeps_its_precompiled_headers_where_cagtool_looks_and_builds_them_by_default():
+    """docs/torch-internals.md, "Inductor's precompiled headers": torch's directory for them is not
+    under TORCHINDUCTOR_CACHE_DIR, and its switch is on unless the environment says otherwise."""
+    from torch._inductor import codecache, config as inductor_config
+
+    from cagtool.capture.run.inductor_headers import HEADER_SUFFIXES, headers_dir
+
+    assert headers_dir() == codecache._HEADER_DIR
+    assert "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS" in inspect.getsource(inductor_config)
+    out = subprocess.run([sys.executable, "-c", "from torch._inductor import config; print(config.cpp_cache_precompile_headers)"],
+                         capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"})
+    assert out.stdout.strip() == "True", out.stderr[-2000:]
+    from torch._inductor import cpp_builder
+
+    assert 'extension = ".pch" if _IS_WINDOWS or not is_gcc() else ".gch"' in inspect.getsource(cpp_builder)
+    assert set(HEADER_SUFFIXES) == {".gch", ".pch"}

@@ -196,6 +196,9 @@ class RunMeta(Struct):
     written_before: dict[str, WrittenFiles] = field(default_factory=dict)
     # With --isolate-workdir: mode name -> the files it created there, moved into <run>/workdir/<mode>/.
     set_aside: dict[str, WrittenFiles] = field(default_factory=dict)
+    # The modes during which Inductor's precompiled C++ headers were built (capture/run/
+    # inductor_headers.py): their compile time includes that one-time cost, the later modes' not.
+    built_headers: list[str] = field(default_factory=list)
 
 
 def process_identity(manifest: ModeManifest) -> str | None:

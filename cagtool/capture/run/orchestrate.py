@@ -26,6 +26,7 @@ from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, ad
 from cagtool.capture.run.status import restore_terminal
 from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.run.target import Target, module_file
+from cagtool.capture.run.inductor_headers import header_files
 from cagtool.capture.run.workdir import SET_ASIDE_DIR, list_workdir, set_aside, written_record, written_since
 from cagtool.record.writer import write_json_atomic, write_run_meta
 from cagtool.record.manifest import RunMeta, WrittenFiles
@@ -35,7 +36,6 @@ from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FI
 
 
 KEPT_CACHE_DIR = "inductor-cache"
-PRECOMPILED_HEADERS_ENV = "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"  # torch/_inductor/config.py
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,10 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
                             except OSError:
                                 ready = None  # started at its turn instead, where a failure is reported
 
+                    headers = header_files()
                     result = _run_mode(current, supervisor, on_started, start_next)
+                    if header_files() - headers:  # it built Inductor's precompiled headers: a one-time cost
+                        meta.built_headers.append(name)
                     outcome.outcomes.append(result)
                     if result.stopped:
                         if ready is not None:  # not a process the job left behind: ours, not yet begun
@@ -369,14 +372,10 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
     spec_path = mode_dir / "spec.json"
     env = dict(os.environ)
     if cache_root is not None:
-        # A fresh Inductor cache per mode, so compile times compare like with like.
+        # A fresh Inductor cache per mode, so compile times compare like with like. Inductor's
+        # precompiled headers are not in it: torch keeps them past every job, the plain job's too,
+        # and they are left as the job has them (inductor_headers.py).
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / name)
-        # Inductor's precompiled C++ headers do not follow TORCHINDUCTOR_CACHE_DIR: torch keeps them
-        # in <tmp>/torchinductor_<user>/precompiled_headers on purpose, past the fresh cache, and an
-        # Inductor run left ~150 MB there (the first mode paying to build them, the next ones not).
-        # With a fresh cache none are built (torch's own switch; a value the user set is kept), and
-        # nothing of the run is left in the temporary directory.
-        env.setdefault(PRECOMPILED_HEADERS_ENV, "0")
         if not options.keep_cache:
             spec.temp_cache_dir = env["TORCHINDUCTOR_CACHE_DIR"]  # removed by the mode process if cagtool dies first
     ack_r, ack_w = os.pipe()

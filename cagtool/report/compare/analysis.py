@@ -1143,6 +1143,9 @@ class Comparison:
     grad_parity: Any = None  # grad_parity.GradParity: per-parameter gradients of the modes, compared
     # A multi-rank run compared on one rank's records: its other ranks (None for any other run).
     ranks: RankScope | None = None
+    # The mode records during which Inductor's precompiled headers were built (RunMeta.built_headers):
+    # their compile time includes that one-time cost.
+    built_headers: tuple[str, ...] = ()
 
     @property
     def failures(self) -> list[ModeFailure]:
@@ -1222,6 +1225,7 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
         machine=dict(run.meta.machine or {}),
         grad_parity=parity,
         ranks=rank_scope(run),
+        built_headers=tuple(name for name in run.meta.built_headers or () if name in run.modes),
     )
 
 

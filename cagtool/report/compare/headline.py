@@ -115,7 +115,9 @@ def _cost_phrase(comparison: Comparison, idle: set[str] = frozenset()) -> str:  
                     + (f" + {m.unresumable_breaks} it could not resume after" if m.unresumable_breaks else "")
                     + (" (~: from the log, one per compile and site: the process ended before torch's counters were saved)"
                        if estimated else ""))
-    compile_ = [f"{c.name} {c.compile_time_s:.1f} s" for c in columns if c.compile_time_s]
+    built = {base_mode(name) for name in comparison.built_headers}
+    compile_ = [f"{c.name} {c.compile_time_s:.1f} s" + (" (building Inductor's precompiled headers included)" if c.name in built else "")
+                for c in columns if c.compile_time_s]
     if compile_:
         bits.append("compile " + ", ".join(compile_))
     first = [f"{c.name} {c.first_step_s:.1f} s" for c in columns if c.first_step_s is not None]

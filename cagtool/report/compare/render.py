@@ -501,8 +501,15 @@ def excluded_line(comparison: Comparison) -> str | None:
     kinds = tuple(dict.fromkeys(k for c in comparison.modes.values() for k in c.step_time.interruptions))
     sentences = (["Steps left out of the steady state because compilation touched them: " + "; ".join(compiled)] if compiled else []) + (
         [f"Steps left out because other work than training ran in them ({interruption_words(kinds)}): "
-         + "; ".join(interrupted)] if interrupted else [])
+         + "; ".join(interrupted)] if interrupted else []) + ([headers_words(comparison.built_headers)] if comparison.built_headers else [])
     return ". ".join(sentences) if sentences else None
+
+
+def headers_words(built: Sequence[str]) -> str:
+    """The modes that built Inductor's precompiled headers (capture/run/inductor_headers.py)."""
+    return (f"{' and '.join(built)} built Inductor's precompiled C++ headers, which torch keeps for every later job on this machine "
+            f"(<tmp>/torchinductor_<user>/precompiled_headers): {'its' if len(built) == 1 else 'their'} compile time includes "
+            "that one-time cost, which the plain job pays once too; the modes after it reused them")
 
 
 # Before/after rows: (label, field key in mode_fields, value formatter, also used for the delta).

@@ -188,7 +188,10 @@ class SourceRef(Struct, frozen=True):
     `via`: where the line reached that code through an installed package other than torch (HF
     Trainer's `trainer.train()`), that package's innermost line on the way, `transformers/trainer.py:2172`
     (the call of the compiled model, or the line that called backward); "" where the user's line
-    made the call itself."""
+    made the call itself.
+    `wrapper`: torch's module wrapper the line's call went through to reach the code
+    (`DistributedDataParallel`, `DataParallel`: `DDP(torch.compile(model))`), which holds the
+    compiled module as `.module`; "" where there was none."""
 
     file: str
     line: int
@@ -196,6 +199,7 @@ class SourceRef(Struct, frozen=True):
     function: str = ""
     how: str = "backward_call"
     via: str = ""
+    wrapper: str = ""
 
 
 # The phase a Dynamo compile ran in (CompilePhase.phase): what the job was doing when torch

@@ -656,11 +656,13 @@ def eval_uncompiled_patch(cause: Cause, script: str, display: str, source: bytes
     in_place = (bool(isinstance(by, dict) and by.get("in_place")) or callee in called_compile - wrapped) and imports_torch(tree)
     if in_place:
         title = 'run the evaluation eagerly (torch.compiler.set_stance("force_eager"))'
+    # DDP(torch.compile(model)) is called as `model`: the compiled module is its `.module` (SourceRef.wrapper)
+    held = f"{callee}.module" if call.wrapper else callee
     for quote in ('"', "'"):  # the other quote where a call sits in an f-string of the first (Python 3.11)
         after = list(lines)
         for c in sorted(calls, key=lambda c: (c.func.lineno, c.func.col_offset), reverse=True):
             after = replace_expr(after, c.func, f"torch.compiler.set_stance({quote}force_eager{quote})({callee})" if in_place else
-                                 f"getattr({callee}, {quote}_orig_mod{quote}, {callee})")
+                                 f"getattr({held}, {quote}_orig_mod{quote}, {held})")
         try:
             ast.parse("".join(after))
         except SyntaxError:
@@ -704,7 +706,8 @@ def _shared_call_patch(cause: Cause, script: str, display: str, source: bytes) -
                      f"the call of `{callee}` at line {call.line} is not written as its name: pick there by the grad mode by hand")
     state = f"{callee}.training" if cause.facts.get("train_eval") else "torch.is_grad_enabled()"
     for quote in ('"', "'"):
-        uncompiled = f"getattr({callee}, {quote}_orig_mod{quote}, {callee}){segment[len(callee):]}"
+        held = f"{callee}.module" if call.wrapper else callee  # DDP(torch.compile(model)): SourceRef.wrapper
+        uncompiled = f"getattr({held}, {quote}_orig_mod{quote}, {held}){segment[len(callee):]}"
         after = replace_expr(list(lines), node, f"({segment} if {state} else {uncompiled})")
         try:
             ast.parse("".join(after))

@@ -41,9 +41,24 @@ def is_user_file(filename: str) -> bool:
     return not real.startswith(_LIBRARY_ROOTS)
 
 
-def ref(filename: str, line: int, function: str, how: str, via: str = "") -> SourceRef:
+def ref(filename: str, line: int, function: str, how: str, via: str = "", wrapper: str = "") -> SourceRef:
     code = linecache.getline(filename, line).strip()
-    return SourceRef(file=filename, line=line, code=code, function=function, how=how, via=via)
+    return SourceRef(file=filename, line=line, code=code, function=function, how=how, via=via, wrapper=wrapper)
+
+
+# torch's module wrappers that hold the module they run as `.module` (their forward calls it), by
+# the file of their forward: a call of the wrapper reaches a compiled module inside it.
+_TORCH_WRAPPERS = {
+    os.path.join("torch", "nn", "parallel", "distributed.py"): "DistributedDataParallel",
+    os.path.join("torch", "nn", "parallel", "data_parallel.py"): "DataParallel",
+}
+
+
+def _wrapper_of(filename: str) -> str:
+    for tail, name in _TORCH_WRAPPERS.items():
+        if filename.endswith(tail):
+            return name
+    return ""
 
 
 def library_file(filename: str) -> str | None:
@@ -62,15 +77,18 @@ def library_file(filename: str) -> str | None:
 
 def user_caller(frame: FrameType | None = None, how: str = "backward_call") -> SourceRef | None:
     """The innermost frame on the current stack that belongs to the user's code, with the
-    innermost line of another package on the way to it (`via`: a library made the call)."""
+    innermost line of another package on the way to it (`via`: a library made the call) and the
+    torch wrapper whose forward it went through (`wrapper`: DDP around a compiled module)."""
     frame = frame or sys._getframe(1)
-    via = ""
+    via = wrapper = ""
     while frame is not None:
         filename = frame.f_code.co_filename
         if is_user_file(filename):
-            return ref(filename, frame.f_lineno, frame.f_code.co_name, how, via)
+            return ref(filename, frame.f_lineno, frame.f_code.co_name, how, via, wrapper)
         if not via and (library := library_file(filename)) is not None:
             via = f"{library}:{frame.f_lineno}"
+        if not wrapper and frame.f_code.co_name == "forward":
+            wrapper = _wrapper_of(filename)
         frame = frame.f_back
     return None
 

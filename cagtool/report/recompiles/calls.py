@@ -100,7 +100,14 @@ def compiled_call(code: str, params: Sequence[str] = (), compiled: Collection[st
     return next(call for call, matched in fitting if matched == most)
 
 
-def uncompiled_call(code: str, params: Sequence[str] = ()) -> str:
+def uncompiled_call(code: str, params: Sequence[str] = (), wrapper: str = "") -> str:
+    """uncompiled_call_of, through `wrapper` where the call went through one (SourceRef.wrapper:
+    `DDP(torch.compile(model))` is called as `model`, the compiled module is `model.module`)."""
+    call = uncompiled_call_of(code, params)
+    return call.replace("._orig_mod(", ".module._orig_mod(", 1) if wrapper and not call.startswith("self._orig_mod(") else call
+
+
+def uncompiled_call_of(code: str, params: Sequence[str] = ()) -> str:
     """The call of the compiled module at the user's line, as the module before torch.compile:
     `cmodel(xv)` -> `cmodel._orig_mod(xv)`: the call whose arguments bind to the compiled function's
     parameters where they are known (`params`: compiled_call); else the outermost call of a name

@@ -3085,14 +3085,21 @@ _EVALUATION_FUNCTION = EVALUATION_FUNCTION
 COMPILED_IN_PLACE_SKIP = f" A module compiled in place (`module.compile()`, or a library's `engine.compile()`) has no `_orig_mod`: {FORCE_EAGER} there."
 
 
-def _grad_mode_skip(code: str, off: str, training_call: bool = False, params: Sequence[str] = ()) -> str:
+def _wrapper(facts: dict[str, Any]) -> str:
+    """torch's wrapper (DDP) the calls of the compiled module went through, where the record names one
+    (SourceRef.wrapper): its compiled module is the wrapper's `.module`."""
+    return next((ref.wrapper for key in ("evaluation_call", "shared_call", "caller")
+                 if (ref := facts.get(key)) is not None and getattr(ref, "wrapper", "")), "")
+
+
+def _grad_mode_skip(code: str, off: str, training_call: bool = False, params: Sequence[str] = (), wrapper: str = "") -> str:
     """The fix that skips an evaluation's compile: the call as the module before torch.compile, or,
     where the line calls the module itself (`self(x)` in its own method: its forward was replaced by
     a compiled function, which has no `_orig_mod`), the forward kept before compiling it. `off`: how
     the evaluation turns grad off ("" where the cause is not the grad mode). Its closing parenthesis
     is the caller's. `training_call`: the line is training's call (the recompile was training's, after
     an evaluation), whose arguments are not the evaluation's: the module alone is named."""
-    call = uncompiled_call(code, params)
+    call = uncompiled_call(code, params, wrapper)
     if training_call:
         call = call.split("._orig_mod(", 1)[0] + "._orig_mod(...)"
     under = f" under {off}" if off else ""
@@ -3119,9 +3126,10 @@ def _shared_skip(facts: dict[str, Any], cwd: str, train_eval: bool = False) -> s
     code = (call.code or "").strip() if call is not None and not call.via else ""
     if not code:
         return ""
-    uncompiled = uncompiled_call(code, facts.get("argnames") or ())
+    wrapper = _wrapper(facts)
+    uncompiled = uncompiled_call(code, facts.get("argnames") or (), wrapper)
     module = uncompiled.split("._orig_mod(", 1)[0]
-    compiled = uncompiled.replace("._orig_mod(", "(", 1)
+    compiled = uncompiled.replace(".module._orig_mod(" if wrapper else "._orig_mod(", "(", 1)
     if module == "self" or compiled not in code:
         return ""
     state = f"{module}.training" if train_eval else "torch.is_grad_enabled()"
@@ -3138,10 +3146,10 @@ def _evaluation_skip(facts: dict[str, Any], code: str, cwd: str) -> str:
     params = facts.get("argnames") or ()
     call = facts.get("evaluation_call")
     if call is not None and call.code and not call.via and facts.get("grad_mode_after") is True:
-        return f"{_grad_mode_skip(call.code, off, params=params)}, {_at_evaluation_call(call, cwd)})."
+        return f"{_grad_mode_skip(call.code, off, params=params, wrapper=_wrapper(facts))}, {_at_evaluation_call(call, cwd)})."
     if facts.get("grad_mode_after") is True:
-        return f"{_grad_mode_skip(code, off, training_call=True, params=params)}, at the evaluation's call: the recompiling call named here is training's)."
-    return f"{_grad_mode_skip(code, off, params=params)})."
+        return f"{_grad_mode_skip(code, off, training_call=True, params=params, wrapper=_wrapper(facts))}, at the evaluation's call: the recompiling call named here is training's)."
+    return f"{_grad_mode_skip(code, off, params=params, wrapper=_wrapper(facts))})."
 
 
 def _in_place_skip(facts: dict[str, Any], cwd: str) -> str:
@@ -3166,12 +3174,12 @@ def _train_eval_skip(facts: dict[str, Any], cwd: str) -> str:
     params = facts.get("argnames") or ()
     call = facts.get("evaluation_call")
     if call is not None and call.code and not call.via:
-        return f"{_grad_mode_skip(call.code, '', params=params)}; {same}, {_at_evaluation_call(call, cwd)})."
+        return f"{_grad_mode_skip(call.code, '', params=params, wrapper=_wrapper(facts))}; {same}, {_at_evaluation_call(call, cwd)})."
     caller = facts.get("caller")
     code = caller.code if caller is not None and caller.code and not caller.via else ""
     if facts["train_eval"][2]:
-        return f"{_grad_mode_skip(code, '', training_call=True, params=params)}; {same}, at the evaluation's call: the recompiling call named here is training's)."
-    return f"{_grad_mode_skip(code, '', params=params)}; {same})."
+        return f"{_grad_mode_skip(code, '', training_call=True, params=params, wrapper=_wrapper(facts))}; {same}, at the evaluation's call: the recompiling call named here is training's)."
+    return f"{_grad_mode_skip(code, '', params=params, wrapper=_wrapper(facts))}; {same})."
 
 
 def hook_filled_once(facts: dict[str, Any]) -> bool:

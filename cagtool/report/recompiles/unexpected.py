@@ -192,7 +192,7 @@ def fix_text(cause: UnexpectedCause) -> str:
     if cause.in_place and cause.cause in (CAUSE_GRAD_MODE, CAUSE_TRAIN_EVAL):
         return IN_PLACE_FIX
     code = cause.changed_at.code if cause.changed_at is not None and cause.how == "called in the new state" else ""
-    call = uncompiled_call(code, cause.argnames)
+    call = uncompiled_call(code, cause.argnames, cause.changed_at.wrapper if cause.changed_at is not None and code else "")
     # The call made in the new state is the evaluation's only where the state went to eval (a
     # `training == True` guard failed); the grad mode's reason says neither way: the module alone.
     if not (cause.cause == CAUSE_TRAIN_EVAL and cause.detail.endswith("== True failed")):

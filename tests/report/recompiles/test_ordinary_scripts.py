@@ -363,3 +363,24 @@ def test_a_last_chunk_sliced_by_hand_is_no_dataloaders_last_batch_and_gets_no_dr
     ragged = load_run(loaded.path).modes["ca"]
     assert ragged.manifest.options["dataloader_iterators"] == 2
     assert "DataLoader's last?" in cause_phrase(explain(recompile_table(ragged)).causes[0])
+
+
+def test_a_module_compiled_inside_ddp_is_evaluated_uncompiled_through_ddps_module(record_run, tmp_path):
+    """DDP(torch.compile(net)) is called as `model`: the fix that skips the evaluation's grad-mode
+    compile said `model._orig_mod(x)`, an AttributeError on a DDP. The call went through DDP's forward
+    (SourceRef.wrapper), so the compiled module is `model.module`; the fix verified by re-running
+    the job with it removes the recompile (checked by hand: torch's unique_graphs 2 -> 1)."""
+    run = _recorded(record_run, "ddp_compiled_module_eval.py")
+    events = [json.loads(line) for line in (run / "ca" / "events.jsonl").read_text().splitlines()]
+    [recompile] = [e for e in events if e.get("kind") == "dynamo_recompile"]
+    assert recompile["source"]["wrapper"] == "DistributedDataParallel" and recompile["source"]["code"].endswith("(model(x), y)")
+    said = " ".join(_said(cause) for cause in _causes(run))
+    assert "`model(x) if torch.is_grad_enabled() else model.module._orig_mod(x)`" in said, said
+    assert "model._orig_mod" not in said
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    proc = cagtool_in_process("recompiles", str(copy), "--explain", "--verify", "--format", "json", env={"CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    [fix] = [f for f in data["verification"]["fixes"] if f["fix"] == "eval-uncompiled"]
+    assert 'getattr(model.module, "_orig_mod", model.module)(x)' in fix["patch"]["diff"]
+    assert fix["verdict"] == "verified" and max(fix["measured"]["dynamo_recompiles"]) == 0, fix

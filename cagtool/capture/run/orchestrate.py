@@ -259,7 +259,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
                 code = outcome.outcomes[-1].exit_code or 130
                 outcome.interrupted, outcome.signal = True, code - 128 if code > 128 else signal.SIGINT
     finally:
-        if first_listing is not None and outcome.outcomes:  # the last mode's files too: the directory as before the run
+        if options.isolate_workdir and first_listing is not None and outcome.outcomes:  # the last mode's too: the directory as before
             isolate(list_workdir(meta.cwd, run_dir), outcome.outcomes[-1].mode)
         meta.status = STATUS_INTERRUPTED if outcome.interrupted else "finished"
         meta.ended_at = _timestamp()

@@ -1007,6 +1007,12 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
                    set_aside=set_aside)
 
 
+# What to do where a mode started from files an earlier mode wrote (Numerics.resumed): the headline's
+# advice and the numerics' line.
+ISOLATE_WORKDIR_FIX = ("run again with --isolate-workdir (cagtool then moves what each mode creates in the job's directory into "
+                       "the run directory before the next mode), or point the job at a fresh directory")
+
+
 # Files native code reads without Python's `open` (safetensors' Rust reader, HDF5's C library), so
 # no audit event says whether a mode read them (capture/processes/workdir_reads.py).
 NATIVE_READ_SUFFIXES = (".safetensors", ".h5", ".hdf5", ".nc", ".zarr", ".arrow", ".parquet", ".lmdb", ".mdb")

@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable
 
-from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words
+from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, ISOLATE_WORKDIR_FIX, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 from cagtool.report.figures.pooled import base_mode
 from cagtool.report.known_failures import SPARSE_IN_CA_GRAPH, sparse_in_ca_graph
@@ -95,7 +95,7 @@ def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_noth
     return f"{mode}: {figure}{on} ({word}, {ci}{basis})", GOOD if word == "faster" else BAD
 
 
-def _cost_phrase(comparison: Comparison, idle: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+def _cost_phrase(comparison: Comparison, idle: Collection[str] = ()) -> str:
     """What replicates between processes, and what compiled autograd most often changes: ca's
     graphs and graph breaks, each mode's compile time, time to the first step and peak memory.
     `idle`: modes that trained nothing (resumed at the job's end): none of their figures is the job's."""
@@ -658,6 +658,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
                        f"files an earlier mode wrote in its directory ({files.shown()}), so nothing of {'it' if len(idle) == 1 else 'them'} "
                        "was measured")
         tones.append(BAD)
+    idle_modes = {base_mode(record) for record in idle}
     # A module.compile() that compiled nothing: the job asked for torch.compile and ran eagerly.
     skipped = _skipped_compile(comparison)
     if skipped is not None:
@@ -665,7 +666,6 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         phrases.append(f"{first.words} in {' and '.join(where)}")
         tones.append(BAD)
     # What replicates first (counts, compile time, first step, memory), then the time verdict.
-    idle_modes = {base_mode(record) for record in idle}
     recompiles = _recompile_phrase(comparison, verified, explanation) if "ca" not in idle_modes else ""
     if recompiles:
         phrases.append(recompiles)
@@ -695,7 +695,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         phrases.append(f"compiled autograd was off for {ca_metrics.backward_calls_outside_ca} of the ca mode's "
                        f"{ca_metrics.backward_calls} backward calls (inside torch.func's transforms, or after torch._dynamo.reset())")
         tones.append(NEUTRAL)
-    if speed is not None and {speed.mode, speed.baseline} & {base_mode(record) for record in idle}:
+    if speed is not None and {speed.mode, speed.baseline} & idle_modes:
         speed = None  # a mode of it trained nothing (said above): no figure, no "not timed"
     if speed is not None:
         differ = {base_mode(d.record) for d in numerics.disagreements} if numerics.reference is not None else set()
@@ -856,9 +856,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         if sparse_in_ca_graph(any(f.in_ca_graph for f in failures), (site.reason for site in breaks)):
             first = f"the failure first: {SPARSE_IN_CA_GRAPH}"
     if idle and not advice:
-        files = next(iter(idle.values()))
-        first = (f"run again with --isolate-workdir (cagtool then moves what each mode creates in the job's directory, "
-                 f"{files.shown()} here, into the run directory before the next mode), or point the job at a fresh directory")
+        first = ISOLATE_WORKDIR_FIX
     if first is not None:
         advice, details = (f"{first}; then {advice}", details) if advice else (first, "summary")
     if skipped is not None:  # before anything else: the module was never compiled

@@ -24,6 +24,7 @@ from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.figures.metrics import dynamo_graph_count, interruption_words
 from cagtool.report.figures.pooled import MIN_STEADY_STEPS, TOO_FEW_STEPS, base_mode
 from cagtool.report.compare.analysis import (
+    ISOLATE_WORKDIR_FIX,
     LOSS,
     PARAMS_UPDATED,
     AnyComparison,
@@ -433,9 +434,8 @@ def _resumed_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     return [(f"Numerics: {record} started after an earlier mode wrote {files.shown()} in the job's working directory"
              + (" and trained no step" if record in numerics.stepless else "")
              + ": a job that resumes from its own files (a checkpoint, a cache) runs differently in each mode, so its "
-             "numerics (and steps) say nothing about compiled autograd. Run again with --isolate-workdir (cagtool then "
-             "moves what each mode creates there into the run directory before the next mode), or point the job at a "
-             "fresh directory (cagtool runs every mode in the directory python would)", False)
+             f"numerics (and steps) say nothing about compiled autograd: {ISOLATE_WORKDIR_FIX} (cagtool runs every mode in "
+             "the directory python would)", False)
             for record, files in numerics.resumed.items()]
 
 

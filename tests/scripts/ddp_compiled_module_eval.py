@@ -1,8 +1,10 @@
 """DDP around a compiled module, DDP(torch.compile(net)) (the order that compiles with DDP's C++
 reducer), training and an evaluation under torch.set_grad_enabled(False) through one call, as
 pytorch/examples' minGPT-ddp does: the evaluation recompiles on the grad mode. One process
-(world size 1, gloo, a file store: no port to collide on)."""
+(world size 1, gloo, a file store: no port to collide on). `--compile-outside`: torch.compile(DDP(net))
+instead, whose `_orig_mod` is the DDP."""
 import os
+import sys
 import tempfile
 
 import torch
@@ -13,7 +15,7 @@ store = os.path.join(tempfile.mkdtemp(), "store")
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-model = DDP(torch.compile(net, backend="eager"))
+model = torch.compile(DDP(net), backend="eager") if "--compile-outside" in sys.argv[1:] else DDP(torch.compile(net, backend="eager"))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
 

@@ -54,6 +54,12 @@ _TORCH_WRAPPERS = {
 }
 
 
+# The frame of a compiled module's call (OptimizedModule's `_fn`): a wrapper met after it, walking
+# out, wraps the compiled module (DDP(torch.compile(m))); one met before it is inside what was
+# compiled (torch.compile(DDP(m)), whose `_orig_mod` is the DDP).
+_COMPILED_CALL_FILE = os.path.join("torch", "_dynamo", "eval_frame.py")
+
+
 def _wrapper_of(filename: str) -> str:
     for tail, name in _TORCH_WRAPPERS.items():
         if filename.endswith(tail):
@@ -78,16 +84,20 @@ def library_file(filename: str) -> str | None:
 def user_caller(frame: FrameType | None = None, how: str = "backward_call") -> SourceRef | None:
     """The innermost frame on the current stack that belongs to the user's code, with the
     innermost line of another package on the way to it (`via`: a library made the call) and the
-    torch wrapper whose forward it went through (`wrapper`: DDP around a compiled module)."""
+    torch wrapper whose forward it went through to the compiled module's call (`wrapper`: DDP around a
+    compiled module)."""
     frame = frame or sys._getframe(1)
     via = wrapper = ""
+    compiled_call = False
     while frame is not None:
         filename = frame.f_code.co_filename
         if is_user_file(filename):
             return ref(filename, frame.f_lineno, frame.f_code.co_name, how, via, wrapper)
         if not via and (library := library_file(filename)) is not None:
             via = f"{library}:{frame.f_lineno}"
-        if not wrapper and frame.f_code.co_name == "forward":
+        if not compiled_call:
+            compiled_call = filename.endswith(_COMPILED_CALL_FILE)
+        elif not wrapper and frame.f_code.co_name == "forward":
             wrapper = _wrapper_of(filename)
         frame = frame.f_back
     return None

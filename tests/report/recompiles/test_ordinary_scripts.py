@@ -384,3 +384,10 @@ def test_a_module_compiled_inside_ddp_is_evaluated_uncompiled_through_ddps_modul
     [fix] = [f for f in data["verification"]["fixes"] if f["fix"] == "eval-uncompiled"]
     assert 'getattr(model.module, "_orig_mod", model.module)(x)' in fix["patch"]["diff"]
     assert fix["verdict"] == "verified" and max(fix["measured"]["dynamo_recompiles"]) == 0, fix
+    # torch.compile(DDP(net)): the compiled module is the one called, its `_orig_mod` the DDP (a
+    # DDP forward met inside the compiled call is no wrapper of it)
+    outside = _recorded(record_run, "ddp_compiled_module_eval.py", "--compile-outside")
+    events = [json.loads(line) for line in (outside / "ca" / "events.jsonl").read_text().splitlines()]
+    assert {e["source"]["wrapper"] for e in events if e.get("kind") == "dynamo_recompile"} == {""}
+    said = " ".join(_said(cause) for cause in _causes(outside))
+    assert "else model._orig_mod(x)`" in said and "model.module" not in said, said

@@ -89,6 +89,7 @@ def test_a_mode_that_resumed_at_the_jobs_end_trained_nothing_and_agrees_in_nothi
     # Every count of a mode that trained nothing is 0: a gate on it measured nothing, and fails.
     code, text, _ = cli_in_process("gate", "--no-config", "--max-recompiles", "ca:0", str(out), env={"CI": "true"}, cwd=tmp_path)
     assert code == 1 and "ERROR: mode-finished (ca): status finished, 0 steps: nothing of the job's training ran in it" in text, text
+    assert "(it started after an earlier mode wrote snapshot.pt there; `cagtool run --isolate-workdir`" in " ".join(text.split()), text
     # ... and a count under its limit there is no improvement to tighten the limit on
     code, text, _ = cli_in_process("gate", "--no-config", "--max-recompiles", "ca:3", str(out), env={"CI": "true", "COLUMNS": "300"}, cwd=tmp_path)
     row = next(line.split() for line in text.splitlines() if line.startswith("max-recompiles"))

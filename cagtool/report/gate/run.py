@@ -295,6 +295,22 @@ def _with_graph_break_reasons(results: list[CheckResult], run: RunRecord, mode: 
     return out
 
 
+def _with_written_files(results: list[CheckResult], run: RunRecord) -> list[CheckResult]:
+    """A mode that trained nothing (mode-finished ERROR) and started after earlier modes wrote files in
+    the job's directory (run.json `written_before`: a checkpoint it resumed from at the job's end)
+    names those files, where the message only pointed at `cagtool compare`."""
+    written = run.meta.written_before or {}
+    out = []
+    for r in results:
+        files = written.get(r.mode.split("@")[0])
+        if r.check == "mode-finished" and r.outcome is Outcome.ERROR and files is not None and "0 steps" in r.message:
+            r = replace(r, message=r.message.replace("(cagtool compare names the files;",
+                                                     f"(it started after an earlier mode wrote {files.shown()} there;", 1),
+                        data={**r.data, "written_before": list(files.paths)})
+        out.append(r)
+    return out
+
+
 def _speed_of_other_numerics(checks: list[Check], run: RunRecord) -> list[str]:
     """A speedup between two modes of the run whose numerics disagree (compare's rule, drift told
     apart by the gradients) times two different computations: said, as compare withholds its own
@@ -365,6 +381,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
         results.append(ranks_as_baseline(mode, ranks_trained(run.modes[mode]), held.ranks))
     results = _with_causes(results, run, mode, options.rank)
     results = _with_graph_break_reasons(results, run, mode, options.rank)
+    results = _with_written_files(results, run)
     if settings.max_grad_diff is not None:
         from cagtool.report.gate.grad_parity_check import grad_parity_result
 

@@ -65,7 +65,9 @@ def main() -> None:
               + f"; process tree CPU {statistics.median(r['cpu_s'] for r in mine):.1f} s (median of {len(mine)})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"script": args.script, "rows": rows}, indent=1) + "\n")
+        script = Path(args.script).resolve()
+        shown = str(script.relative_to(ROOT)) if script.is_relative_to(ROOT) else script.name  # no machine path in a result
+        args.json.write_text(json.dumps({"script": shown, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

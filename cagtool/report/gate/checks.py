@@ -341,12 +341,17 @@ class ModeStatusCheck:
             outcome, ok = Outcome.ERROR, False
             message = (f"{self.name} ({self.mode}): status {snap.status}, 0 steps: nothing of the job's training ran in it (no step, "
                        "backward or compiled graph), so every count of it would pass every limit; a job that resumed at its end "
-                       "from a checkpoint an earlier mode wrote in its directory does this (cagtool compare names the files; "
+                       f"from a checkpoint an earlier mode wrote in its directory does this ({FILES_UNNAMED}; "
                        "`cagtool run --isolate-workdir` starts every mode from the directory the first found)")
         return CheckResult(
             self.name, self.mode, outcome, not ok, actual, "finished", message, self.source,
             data={"status": snap.status, "exit_code": snap.exit_code, "steps": snap.steps},
         )
+
+
+# Where a mode that trained nothing started after files an earlier mode wrote: what its check says of
+# them, which the gate's run (gate/run.py `_with_written_files`) replaces with their names.
+FILES_UNNAMED = "cagtool compare names the files"
 
 
 def trained_nothing(snap: ModeSnapshot) -> bool:

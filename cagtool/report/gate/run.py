@@ -24,6 +24,7 @@ from cagtool.report.gate.baseline import (
 from cagtool.report.gate.checks import (
     insist_on_power,
     BASELINE,
+    FILES_UNNAMED,
     RECOMPILE_KINDS,
     Check,
     CheckResult,
@@ -303,9 +304,8 @@ def _with_written_files(results: list[CheckResult], run: RunRecord) -> list[Chec
     out = []
     for r in results:
         files = written.get(r.mode.split("@")[0])
-        if r.check == "mode-finished" and r.outcome is Outcome.ERROR and files is not None and "0 steps" in r.message:
-            r = replace(r, message=r.message.replace("(cagtool compare names the files;",
-                                                     f"(it started after an earlier mode wrote {files.shown()} there;", 1),
+        if r.check == "mode-finished" and r.outcome is Outcome.ERROR and files is not None and FILES_UNNAMED in r.message:
+            r = replace(r, message=r.message.replace(FILES_UNNAMED, f"it started after an earlier mode wrote {files.shown()} there", 1),
                         data={**r.data, "written_before": list(files.paths)})
         out.append(r)
     return out

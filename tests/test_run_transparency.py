@@ -146,3 +146,24 @@ def test_a_compiled_step_that_steps_the_optimizer_compiles_as_under_python(tmp_p
     assert mine["graph_break"] == theirs["graph_break"] and theirs["graph_break"]
     assert mine["stats"]["unique_graphs"] == theirs["stats"]["unique_graphs"]
     assert mine["stats"]["calls_captured"] == theirs["stats"]["calls_captured"]
+
+
+@pytest.mark.slow
+def test_torch_compile_returns_its_wrapper_in_every_mode_as_under_python(tmp_path):
+    """The eager mode runs with Dynamo off, where torch.compile(module) would return the module
+    itself; a script that reads `._orig_mod` or loads a compiled run's checkpoint (`_orig_mod.`
+    keys) then failed in eager alone. Every mode prints what python prints."""
+    script = "tests/scripts/compiled_module_wrapper.py"
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.splitlines() == [
+        "wrapper: True True keys: _orig_mod.0.bias,_orig_mod.0.weight,_orig_mod.2.bias,_orig_mod.2.weight kept: 0.bias,0.weight,2.bias,2.weight",
+        "disable=True returns the module: True",
+    ]
+    out = tmp_path / "r"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,aot", "--backend", "eager", "--no-report", "-o", str(out), script),
+                          capture_output=True, text=True, cwd=ROOT, timeout=300, env={**__import__("os").environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the script's lines, as each mode printed them (cagtool leaves the job's stdout to the job)
+    for line in plain.stdout.splitlines():
+        assert proc.stdout.count(line + "\n") == 2, proc.stdout

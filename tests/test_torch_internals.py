@@ -1352,3 +1352,25 @@ def test_inductor_keeps_its_precompiled_headers_where_cagtool_looks_and_builds_t
 
     assert 'extension = ".pch" if _IS_WINDOWS or not is_gcc() else ".gch"' in inspect.getsource(cpp_builder)
     assert set(HEADER_SUFFIXES) == {".gch", ".pch"}
+
+
+_COMPILE_WITH_DYNAMO_OFF = """
+import torch
+from torch._dynamo.eval_frame import OptimizedModule
+m = torch.nn.Linear(2, 2)
+wrapped = torch.compiler.disable(m)
+wrapped(torch.randn(1, 2))
+frames = torch._dynamo.utils.counters["frames"]["total"]
+print(torch.compile(m) is m, type(wrapped) is OptimizedModule, wrapped._orig_mod is m, sorted(wrapped.state_dict()), frames)
+"""
+
+
+def test_with_dynamo_off_torch_compile_returns_the_module_and_compiler_disable_wraps_it_as_compile_does():
+    """The eager mode's torch.compile (mode_setup._compile_keeps_its_wrapper): under
+    TORCHDYNAMO_DISABLE=1 torch.compile(module) is the module itself; torch.compiler.disable(module)
+    is the OptimizedModule torch.compile returns with Dynamo on (`_orig_mod`, `_orig_mod.` keys),
+    and calling it compiles nothing."""
+    env = {**os.environ, "TORCHDYNAMO_DISABLE": "1"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_WITH_DYNAMO_OFF], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True True True ['_orig_mod.bias', '_orig_mod.weight'] 0"

@@ -1,7 +1,8 @@
 """What a mode does to torch, in any process of the job (the one cagtool started and every one it
 follows): `ca` turns compiled autograd on with cagtool's compiler for every backward and selects
 DDP's Python reducer; `aot` and `eager` force compiled autograd off whatever the script assigns;
-`eager` also turns Dynamo off. See docs/torch-internals.md for the torch internals relied on.
+`eager` also turns Dynamo off, and keeps the module torch.compile returns the plain job's wrapper.
+See docs/torch-internals.md for the torch internals relied on.
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ def mode_context(mode: str, observer: Any, dynamic: bool, scope: Any = None) -> 
     import torch
     from torch._dynamo import compiled_autograd as ca
 
+    restore_compile = None
     if mode == "eager":
         torch._dynamo.config.disable = True
+        restore_compile = _compile_keeps_its_wrapper(torch)
     if mode != "ca":
         original_enable = ca._enable
 
@@ -80,6 +83,8 @@ def mode_context(mode: str, observer: Any, dynamic: bool, scope: Any = None) -> 
         finally:
             ca._enable = original_enable
             _force_config("compiled_autograd", _unset())
+            if restore_compile is not None:
+                restore_compile()
         return
 
     _force_config("optimize_ddp", CA_OPTIMIZE_DDP)
@@ -131,6 +136,36 @@ def mode_context(mode: str, observer: Any, dynamic: bool, scope: Any = None) -> 
         _force_config("optimize_ddp", _unset())
         if watched is not None:
             watched.clear()
+
+
+def _compile_keeps_its_wrapper(torch: Any) -> Any:
+    """The eager mode: with Dynamo off torch.compile(module) returns the module itself, where the
+    plain job gets an OptimizedModule around it; a script that reads `compiled._orig_mod`, saves or
+    loads a state dict with `_orig_mod.` keys, or checks isinstance(m, OptimizedModule) would then
+    fail or differ in eager alone. So the module comes back wrapped as torch.compiler.disable wraps
+    it: the same OptimizedModule, whose forward runs the module's own with Dynamo off (~3-4 us a
+    call). `torch.compile(model, disable=True)`, the script's own no-op, is left as torch has it.
+    Installed over cagtool's own tap (compile_calls.py), which sees what torch returned. Returns
+    what puts torch.compile back."""
+    original = torch.__dict__.get("compile")
+    if not callable(original):
+        return None
+
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
+        result = original(*args, **kwargs)
+        model = args[0] if args else kwargs.get("model")
+        if result is model and isinstance(model, torch.nn.Module) and not kwargs.get("disable", False):
+            return torch.compiler.disable(model)
+        return result
+
+    torch.compile = compile
+
+    def restore() -> None:
+        if torch.__dict__.get("compile") is compile:
+            torch.compile = original
+
+    return restore
 
 
 @contextlib.contextmanager

@@ -523,7 +523,8 @@ class Numerics:
         evidence that the job read it (a log or counters dump each mode writes anew). Where ca
         agrees with aot, compiled alike, and both differ from eager from the first step, the record
         shows the compiled program computing otherwise; and ca, started after aot's files too,
-        computed what aot did."""
+        computed what aot did. A record that opened such a file and ran fewer steps resumed,
+        whatever its numerics (losses that do not move agree from any step)."""
         differ = {d.record for d in self.diffs if not d.agrees}
         from_start = set(self.first_losses)
         compiled_alike: set[str] = set()
@@ -531,8 +532,8 @@ class Numerics:
             compiled_alike = {d.record for d in self.against_aot} | {d.reference for d in self.against_aot}
         return {r: files for r, files in self.written_before.items()
                 if not self._read_none_of(r, files)
-                and (r in self.stepless or (r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike
-                                                                                       and not self.unseeded))))}
+                and (r in self.stepless or (r in self.fewer_steps and bool(self.reads.get(r, frozenset()) & set(files.paths)))
+                     or (r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike and not self.unseeded))))}
 
     def _read_none_of(self, record: str, files: WrittenFiles) -> bool:
         """The record's processes opened none of the files an earlier mode wrote, as far as can be

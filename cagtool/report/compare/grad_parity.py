@@ -326,7 +326,21 @@ class GradParity:
     def summary(self) -> str:
         compared = [p for p in self.pairs if not p.not_comparable and p.steps and not p.across_ranks]
         if compared and self.agree and all(p.all_zero for p in compared):
-            return "gradients: " + compared[0].verdict() + self._nonfinite_said()
+            if len(compared) == 1:
+                return "gradients: " + compared[0].verdict() + self._nonfinite_said()
+            # Said once for every pair (each pair's line below says it again of itself).
+            names = _and(self._modes_of(compared))
+            ranks = {p.record.partition(" ")[2] for p in compared} - {""}
+            steps = max(len(p.steps) for p in compared)
+            where = f" on each of {len(ranks)} ranks" if ranks else ""
+            if not any(p.params for p in compared):
+                return (f"gradients: nothing to compare: no parameter has a gradient in {names} (at {_n(steps, 'digested step')}{where}): "
+                        "the loss does not reach the parameters, or they were digested after the job set their gradients to None"
+                        + self._nonfinite_said())
+            params = max(p.params for p in compared)
+            return (f"gradients: nothing to compare: every gradient compared is zero in {names} ({_n(params, 'parameter')} at "
+                    f"{_n(steps, 'digested step')}{where}): the loss does not reach the parameters, or they were digested after the job "
+                    "zeroed them" + self._nonfinite_said())
         if not self.pairs:
             return "gradients: not compared: " + "; ".join(self.notes[:4]) if self.reference is not None and self.notes else "gradients: no digests recorded"
         if self.agree and compared:
@@ -347,6 +361,8 @@ class GradParity:
             which = "" if len(held) == len(compared) else f"{', '.join(p.record for p in held)} "
             precision = f" ({which}at {low}'s precision, which the compiled graphs compute in)" if low else ""
             who = f"the {len(modes)} modes" if len(modes) > 1 else f"the {len(records)} processes of {next(iter(modes))}"
+            if len(modes) > 1 and len(compared) < len(self.pairs):  # a pair not compared (its line below says why): which agree
+                who = _and(self._modes_of(compared))
             processes = processes if len(modes) > 1 else ""
             return (f"gradients: {who} agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
                     + gradless + precision + later + self._nonfinite_said())
@@ -363,6 +379,11 @@ class GradParity:
             return (f"gradients: nothing compared ({', '.join(f'{p.record} vs {p.reference}' for p in self.pairs)}): not comparable: "
                     + why + self._nonfinite_said())
         return "gradients: nothing compared (" + "; ".join(p.verdict() for p in self.pairs) + ")" + self._nonfinite_said()
+
+    def _modes_of(self, pairs: list[PairParity]) -> list[str]:
+        """The modes of these pairs' records, then the reference's, each once, in that order."""
+        records = [p.record for p in pairs] + [self.reference or ""]
+        return list(dict.fromkeys(base_mode(record.split(" ")[0]) for record in records))
 
     def one_reason(self) -> str | None:
         """Why no pair is comparable, where every pair says the same (Hogwild's shared weights):
@@ -387,6 +408,10 @@ class GradParity:
 
     def _nonfinite_said(self) -> str:
         return "; not finite: " + "; ".join(self.nonfinite) if self.nonfinite else ""
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _n(count: int, noun: str) -> str:

@@ -321,12 +321,20 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
         lines.append((f"Numerics: only {numerics.reference} recorded values; nothing to compare", False))
     elif numerics.agree:
         # A record that trained no step (it resumed at the job's end, or did not train in that mode)
-        # agrees in nothing: its final norms are the ones it loaded or started with.
-        if {d.record for d in numerics.diffs} - set(numerics.stepless):
+        # agrees in nothing: its final norms are the ones it loaded or started with; nor does one
+        # that resumed from an earlier mode's files (its losses may not move: pytorch/examples'
+        # ddp-tutorial-series computes a zero loss).
+        left_out = set(numerics.stepless) | set(numerics.resumed)
+        kept = [d for d in numerics.diffs if d.record not in left_out]
+        if kept:
+            worst = worst_diff(kept)
             where = _where(worst) if worst and worst.max_rel_diff else ""
+            records = list(dict.fromkeys(d.record for d in kept))
+            whose = f" of {_and_words(records)}" if left_out & {d.record for d in numerics.diffs} else ""
+            largest = worst.max_rel_diff if worst is not None else None
             lines.append(
-                (f"Numerics: {_compared_words(numerics.diffs)} agree with {numerics.reference} within {tolerance}; "
-                 f"largest relative difference {format_rel(numerics.max_rel_diff)}{where}", False)
+                (f"Numerics: {_compared_words(kept)}{whose} agree with {numerics.reference} within {tolerance}; "
+                 f"largest relative difference {format_rel(largest)}{where}", False)
             )
         lines.extend(_resumed_lines(numerics))
         for record in numerics.stepless:

@@ -185,6 +185,26 @@ def test_gradients_zero_on_both_sides_agree_but_say_nothing_and_the_gate_cannot_
     assert some.agrees and not some.all_zero and "agree on all 4 parameters" in GradParity("eager", (some,)).summary()
 
 
+def test_all_zero_gradients_of_several_modes_are_said_once_and_a_pair_not_compared_is_not_counted_as_agreeing():
+    """pytorch/examples' ddp-tutorial-series (cross_entropy over one class: every gradient zero),
+    three modes: the summary repeated aot's own line ("gradients: aot vs eager: every gradient ...")
+    above that same line; and where ca was not comparable (it resumed from aot's snapshot), the
+    summary read "the 2 modes agree" of a run of three. Now the modes are named."""
+    from dataclasses import replace
+
+    from cagtool.report.compare.grad_parity import GradParity
+
+    zeros = step_digests({name: [0.0] * n for name, n in SHAPES.items()})
+    pairs = tuple(compare_digests(record, "eager", {0: zeros}, {0: zeros}, GradTolerance()) for record in ("aot", "ca"))
+    said = GradParity("eager", pairs).summary()
+    assert said == ("gradients: nothing to compare: every gradient compared is zero in aot, ca and eager (4 parameters at 1 digested "
+                    "step): the loss does not reach the parameters, or they were digested after the job zeroed them")
+    base = step_digests(grads(5, SHAPES))
+    aot = compare_digests("aot", "eager", {0: base}, {0: base}, GradTolerance())
+    ca = replace(compare_digests("ca", "eager", {0: base}, {0: base}, GradTolerance()), not_comparable="inputs differ")
+    assert GradParity("eager", (aot, ca)).summary() == "gradients: aot and eager agree on all 4 parameters at 1 digested step"
+    assert GradParity("eager", (aot,)).summary() == "gradients: the 2 modes agree on all 4 parameters at 1 digested step"
+
 def test_a_parameter_only_one_sides_end_of_run_digest_holds_is_not_a_missing_gradient():
     """At a step both sides digested only at the run's end, the parameters are those cagtool chose
     there: before it chose the live optimizers', the ones of the steps digested earlier, which

@@ -87,3 +87,27 @@ def test_a_full_list_of_files_read_is_no_evidence_that_a_file_was_not_read():
     assert workdir_reads(record(["snapshot.pt"], ["data/0.bin"])) == frozenset({"snapshot.pt", "data/0.bin"})
     assert workdir_reads(record([f"data/{i}.bin" for i in range(WORKDIR_READS_KEPT)])) is None
     assert workdir_reads(record(["snapshot.pt"], None)) is None  # a process that did not keep them
+
+
+def test_a_mode_that_read_an_earlier_modes_file_and_ran_fewer_steps_resumed_though_its_losses_agree():
+    """pytorch/examples' ddp-tutorial-series: its loss is a cross entropy over one class (zero at
+    every step) and it resumes from snapshot.pt; aot and ca read the snapshot eager wrote and ran
+    32 steps of eager's 96, yet the numerics read "agree" (a loss that does not move agrees from
+    any step) and no resume was named. Reading the file and running fewer steps is the resume;
+    the agreement is said of the other records only."""
+    from dataclasses import replace
+
+    from cagtool.record.manifest import WrittenFiles
+    from cagtool.report.compare.analysis import LOSS, Numerics, NumericsDiff, Tolerance
+    from cagtool.report.compare.render import numerics_lines
+
+    snapshot = WrittenFiles(["snapshot.pt"], 1)
+    diffs = tuple(NumericsDiff(LOSS, record, "eager", 32, 0.0) for record in ("aot", "ca"))
+    numerics = Numerics("eager", Tolerance(), diffs, written_before={"aot": snapshot, "ca": snapshot},
+                        fewer_steps=("aot", "ca"), reads={"aot": frozenset({"snapshot.pt"}), "ca": frozenset({"data.bin"})})
+    assert numerics.agree and list(numerics.resumed) == ["aot"]
+    said = [line for line, _ in numerics_lines(numerics)]
+    assert said[0] == "Numerics: losses of ca agree with eager within rtol 0.001, atol 1e-06; largest relative difference 0", said
+    assert said[1].startswith("Numerics: aot started after an earlier mode wrote snapshot.pt in the job's working directory"), said
+    # the same steps in both (no resume): read or not, nothing is named
+    assert not replace(numerics, fewer_steps=()).resumed

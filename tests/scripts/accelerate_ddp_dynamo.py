@@ -24,4 +24,6 @@ for x, y in dl:
     acc.backward(loss)
     opt.step()
 from torch._dynamo.utils import counters
-print("rank", acc.process_index, "graphs", counters["stats"]["unique_graphs"], "gb", sum(counters["graph_break"].values()))
+# one write per line: the ranks share stdout, and print's pieces of two ranks interleaved ("rankrank 1 0graphs")
+sys.stdout.write(f"rank {acc.process_index} graphs {counters['stats']['unique_graphs']} gb {sum(counters['graph_break'].values())}\n")
+sys.stdout.flush()

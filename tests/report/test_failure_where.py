@@ -133,13 +133,26 @@ def test_a_mode_that_ran_out_of_memory_is_not_called_torch_compiles_failure(reco
 def test_a_job_failing_where_it_uses_the_compiled_module_is_told_so_not_to_read_dynamos_stack(record_run):
     """tests/scripts/compiled_state_dict_reloaded.py trains, then loads the compiled module's
     state_dict (`_orig_mod.` keys) into a plain model (word_language_model's end with its model
-    compiled fails alike, in torch.load). Eager ran and aot failed, outside torch's compiler: what to
-    do says where the job uses what torch.compile returned, not that TORCHDYNAMO_VERBOSE=1 shows
-    Dynamo's stack (Dynamo is not on it)."""
+    compiled fails alike, in torch.load). It fails under python, and in every mode: the eager mode
+    keeps torch.compile's wrapper as python does. What to do says where the job uses what
+    torch.compile returned, not that TORCHDYNAMO_VERBOSE=1 shows Dynamo's stack (Dynamo is not on it)."""
     run = record_run(str(ROOT / "tests" / "scripts" / "compiled_state_dict_reloaded.py"), modes="eager,aot")
     assert run.returncode != 0
     headline, advice = cagtool_in_process("summary", run.path).stdout.splitlines()[:2]
-    assert "Error(s) in loading state_dict" in headline and "eager ran and aot failed" in headline, headline
+    assert "Error(s) in loading state_dict" in headline and "every mode failed alike where the job uses what torch.compile returned" in headline, headline
+    assert "the failure is the script's use of torch.compile, not compiled autograd's" in headline, headline
     assert advice.startswith("what to do: the failure first: the job fails where it uses what torch.compile returned, outside "
                              "the compiler"), advice
     assert "TORCHDYNAMO_VERBOSE" not in advice
+
+
+def test_a_job_that_fails_in_every_mode_alike_is_told_its_own_failure(record_run):
+    """tests/scripts/crash_mid_training.py raises at its step 3 whatever runs it: eager fails as aot
+    does, so the failure is the job's own, not torch.compile's (which "eager ran and aot failed"
+    would say) nor compiled autograd's; its three steps were still recorded."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "crash_mid_training.py"), modes="eager,aot")
+    assert run.returncode == 1
+    headline, advice = cagtool_in_process("summary", run.path).stdout.splitlines()[:2]
+    assert "RuntimeError: boom at step 3" in headline and "every mode failed alike, eager too: the job's own failure" in headline, headline
+    assert "use of torch.compile" not in headline and "eager ran and aot failed" not in headline, headline
+    assert advice.startswith("what to do: the failure first: it is the job's own, with or without compiling"), advice

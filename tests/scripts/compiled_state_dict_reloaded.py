@@ -1,8 +1,8 @@
 """A job that trains its model compiled, saves its state_dict and loads it into a fresh model for
 evaluation, as many training scripts end: the state_dict of what torch.compile returned names every
 key `_orig_mod.<name>`, so load_state_dict into the plain model raises (missing and unexpected
-keys). With torch.compile off (cagtool's eager mode) torch.compile returns the module itself, the
-keys match and the job ends as it should.
+keys), under python and in every mode of cagtool's (its eager mode keeps torch.compile's wrapper,
+as python does, though Dynamo is off there).
 
     python compiled_state_dict_reloaded.py
 """

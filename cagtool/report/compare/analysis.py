@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Union
 
+from cagtool.report.text.words import and_words
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.manifest import WORKDIR_READS_KEPT, WrittenFiles
 from cagtool.record.schema import (
@@ -949,15 +950,11 @@ def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:
             value = getattr(sample, quantity)
             if value is not None and not math.isfinite(value):
                 found.setdefault(f"final {quantity.replace('_', ' ')} is {_nonfinite_word(value)}", []).append(sample.record)
-    return [f"{what} in {_and(records)}" for what, records in found.items()]
+    return [f"{what} in {and_words(records)}" for what, records in found.items()]
 
 
 def _nonfinite_word(value: float) -> str:
     return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-
-
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _different_modes_of_one_run(record: str, reference: str) -> bool:

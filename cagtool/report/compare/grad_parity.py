@@ -61,6 +61,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from cagtool.report.text.words import and_words
 from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import read_record_chunks
 from cagtool.record.loader import ModeRecord, RunRecord
@@ -329,7 +330,7 @@ class GradParity:
             if len(compared) == 1:
                 return "gradients: " + compared[0].verdict() + self._nonfinite_said()
             # Said once for every pair (each pair's line below says it again of itself).
-            names = _and(self._modes_of(compared))
+            names = and_words(self._modes_of(compared))
             ranks = {p.record.partition(" ")[2] for p in compared} - {""}
             steps = max(len(p.steps) for p in compared)
             where = f" on each of {len(ranks)} ranks" if ranks else ""
@@ -362,7 +363,7 @@ class GradParity:
             precision = f" ({which}at {low}'s precision, which the compiled graphs compute in)" if low else ""
             who = f"the {len(modes)} modes" if len(modes) > 1 else f"the {len(records)} processes of {next(iter(modes))}"
             if len(modes) > 1 and len(compared) < len(self.pairs):  # a pair not compared (its line below says why): which agree
-                who = _and(self._modes_of(compared))
+                who = and_words(self._modes_of(compared))
             processes = processes if len(modes) > 1 else ""
             return (f"gradients: {who} agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
                     + gradless + precision + later + self._nonfinite_said())
@@ -408,10 +409,6 @@ class GradParity:
 
     def _nonfinite_said(self) -> str:
         return "; not finite: " + "; ".join(self.nonfinite) if self.nonfinite else ""
-
-
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _n(count: int, noun: str) -> str:

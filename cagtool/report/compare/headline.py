@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable
 
+from cagtool.report.text.words import and_words
 from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, ISOLATE_WORKDIR_FIX, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 from cagtool.report.figures.pooled import base_mode
@@ -251,7 +252,7 @@ def _rank_phrases(comparison: Comparison) -> list[str]:
                 problems.setdefault(finding.message, []).append(name)
     if problems:
         message, where = next(iter(problems.items()))
-        phrases.append(f"in {' and '.join(where)}, {message}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
+        phrases.append(f"in {and_words(where)}, {message}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
     return phrases
 
 
@@ -546,6 +547,13 @@ COMPILE_USE_FAILS_FIX = ("the failure first: the job fails where it uses what to
                          "(saving or loading the compiled module, reading its class or attributes: the aot mode's exception, "
                          "where `cagtool summary` shows it raised)")
 CA_FAILS = "eager and aot ran and ca failed: the job fails only with compiled autograd on"
+# Every mode failed alike, eager included: the job's own failure (as under python).
+JOB_FAILS = "every mode failed alike, eager too: the job's own failure, not torch.compile's or compiled autograd's"
+JOB_FAILS_FIX = "the failure first: it is the job's own, with or without compiling (the eager mode's exception)"
+# ... where the job used what torch.compile returned, which the eager mode returns too.
+COMPILE_USE_FAILS_EVERYWHERE = ("every mode failed alike where the job uses what torch.compile returned (its wrapper, "
+                                "`_orig_mod`; the eager mode keeps it, as python does): the failure is the script's use of "
+                                "torch.compile, not compiled autograd's")
 CA_FAILS_BESIDE_AOT = CA_FAILS.replace("eager and aot ran", "aot ran", 1)  # a run recorded without eager
 # What to do where compiled autograd fails on one op's backward that torch.compile alone runs.
 # Known ops' other way of doing the same work, checked under compiled autograd on torch 2.13.
@@ -606,6 +614,12 @@ def _failure_blame(comparison: Comparison) -> str:
               if column.failures and all(f.status == "failed" and not f.not_run for f in column.failures)
               and len(column.failures) >= len(column.records)}
     ran = {name for name, column in comparison.modes.items() if name not in hit and column.metrics is not None}
+    run = {name for name, column in comparison.modes.items() if not any(f.not_run for f in column.failures)}
+    if len(run) > 1 and "eager" in run and failed == run:
+        reasons = {f.reason for column in comparison.modes.values() for f in column.failures}
+        if len(reasons) == 1:
+            wrapper = any(f.compile_wrapper for f in comparison.modes["eager"].failures)
+            return COMPILE_USE_FAILS_EVERYWHERE if wrapper else JOB_FAILS
     if "eager" in ran and "aot" in failed:
         blamed, words = "aot", COMPILE_FAILS
     elif "aot" in ran and "ca" in failed and "eager" not in hit:
@@ -646,7 +660,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             died.setdefault(column.threads_died, []).append(name)
     for deaths, names in died.items():
         # The process finished (maybe exit 0) without that thread's work.
-        phrases.append(f"in {' and '.join(names)}, {deaths[0]}" + (f" (+{len(deaths) - 1} more)" if len(deaths) > 1 else ""))
+        phrases.append(f"in {and_words(names)}, {deaths[0]}" + (f" (+{len(deaths) - 1} more)" if len(deaths) > 1 else ""))
         tones.append(BAD)
     # Modes that trained nothing for resuming at the job's end from files an earlier mode wrote
     # (a checkpoint saved after the last epoch): nothing of them was measured, said before any figure.
@@ -847,6 +861,10 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     first = None  # whose failure it is, said first
     if blame == COMPILE_FAILS:  # the job does not run under torch.compile
         first = COMPILE_USE_FAILS_FIX if _raised_outside(comparison.modes["aot"].failures) else COMPILE_FAILS_FIX
+    elif blame == COMPILE_USE_FAILS_EVERYWHERE:
+        first = COMPILE_USE_FAILS_FIX
+    elif blame == JOB_FAILS:
+        first = JOB_FAILS_FIX
     elif blame in (CA_FAILS, CA_FAILS_BESIDE_AOT):  # only compiled autograd fails: what it fails on
         column = comparison.modes["ca"]
         failures = column.failures

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cagtool.report.text.words import and_words
 from cagtool.report.text.markdown import md_text
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.text.safe_text import safe_line, safe_text
@@ -312,7 +313,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     worst = worst_diff(list(numerics.diffs))
     tolerance = f"rtol {tol.rtol:g}, atol {tol.atol:g}"
     if numerics.shared:
-        lines.append((f"Numerics: not compared: {_and_words(list(numerics.shared))} trained parameters in shared memory that "
+        lines.append((f"Numerics: not compared: {and_words(list(numerics.shared))} trained parameters in shared memory that "
                       f"other processes of the job wrote too (Hogwild: `model.share_memory()` and torch.multiprocessing), so "
                       "each process's losses depend on the order the OS ran them, which differs from run to run; two runs "
                       "of one mode differ as much. To compare the modes' numerics, record the job with one training process "
@@ -330,7 +331,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
             worst = worst_diff(kept)
             where = _where(worst) if worst and worst.max_rel_diff else ""
             records = list(dict.fromkeys(d.record for d in kept))
-            whose = f" of {_and_words(records)}" if left_out & {d.record for d in numerics.diffs} else ""
+            whose = f" of {and_words(records)}" if left_out & {d.record for d in numerics.diffs} else ""
             largest = worst.max_rel_diff if worst is not None else None
             lines.append(
                 (f"Numerics: {_compared_words(kept)}{whose} agree with {numerics.reference} within {tolerance}; "
@@ -406,14 +407,14 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                      f"forwards compiled alike, backwards by {numerics.compilers[0]} and {numerics.compilers[1]}")
             if not apart:
                 top = max(against, key=lambda d: d.max_rel_diff or 0.0)
-                lines.append((f"Numerics: {_and_words([d.record for d in against])} against {aot} ({alike}): "
+                lines.append((f"Numerics: {and_words([d.record for d in against])} against {aot} ({alike}): "
                               f"{_compared_words(against)} agree within {tolerance}; largest relative difference "
                               f"{format_rel(top.max_rel_diff)}{_where(top) if top.max_rel_diff else ''}: compiled autograd changed "
                               f"nothing beyond the compiled program's difference from {numerics.reference}", False))
             else:
                 # Losses that part growing from round-off, not at a jump, do not yet say which computes otherwise.
                 growing = all(d.parts_growing_from is not None for d in apart if d.quantity == LOSS) and any(d.quantity == LOSS for d in apart)
-                lines.append((f"Numerics DISAGREE between {_and_words([d.record for d in apart])} and {aot} ({alike}, "
+                lines.append((f"Numerics DISAGREE between {and_words([d.record for d in apart])} and {aot} ({alike}, "
                               f"{tolerance}): " + ("the losses part growing, not at a jump: round-off amplified by training "
                                                    "or compiled autograd computing otherwise, not told apart yet (the note below):"
                                                    if growing else "compiled autograd computes otherwise:"), True))
@@ -741,8 +742,3 @@ def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Co
     text = safe_text(format_comparison(comparison, fmt, line))
     console.file.write(text)
     console.file.flush()
-
-
-def _and_words(names: list[str]) -> str:
-    names = list(dict.fromkeys(names))
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

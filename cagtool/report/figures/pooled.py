@@ -90,6 +90,10 @@ class ModeFailure:
     ca_node: str | None = None
     # Raised while Dynamo compiled a compiled-autograd graph (known_failures.in_ca_graph_compile)
     in_ca_graph: bool = False
+    # Its exception's message names torch.compile's wrapper (`_orig_mod` keys of a state dict,
+    # OptimizedModule): the job failed using what torch.compile returned, which every mode returns
+    # alike (the eager mode keeps the wrapper, as the plain job has it)
+    compile_wrapper: bool = False
 
     def describe(self) -> str:
         if self.not_run:
@@ -184,11 +188,14 @@ def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not
     # trust the source\x1b[0m"): one plain line wherever it goes, the JSON headline included.
     trace = manifest.exception.traceback if manifest.exception is not None else ""
     in_compiler = bool(_COMPILER_FRAME.search(trace)) if trace else None
+    wrapper = bool(_COMPILE_WRAPPER.search(manifest.exception.message or "")) if manifest.exception is not None else False
     return ModeFailure(name, manifest.status, code, safe_line(reason), in_compiler=in_compiler,
-                       ca_node=safe_line(node) if node else None, in_ca_graph=in_ca_graph_compile(manifest.exception))
+                       ca_node=safe_line(node) if node else None, in_ca_graph=in_ca_graph_compile(manifest.exception),
+                       compile_wrapper=wrapper)
 
 
 _COMPILER_FRAME = re.compile(r"torch[/\\]_(dynamo|functorch|inductor)[/\\]")
+_COMPILE_WRAPPER = re.compile(r"\b_orig_mod\b|\bOptimizedModule\b")
 
 
 def _median(values: list[float]) -> float | None:

@@ -421,8 +421,11 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                 for d in apart:
                     lines.append((diff_line(d), True))
                 lines.extend((f"  note: {d.note}", False) for d in apart if d.note)
+    resumed = numerics.resumed
     for d in numerics.diffs:
-        if d.note:
+        # A record that resumed ran other steps than the reference's under the same numbers: "compared
+        # the N steps both ran" would say they were the same steps; its line above says why not.
+        if d.note and d.record not in resumed:
             lines.append((f"  note: {d.note}", False))
     for note in numerics.notes:
         lines.append((f"  note: {note}", False))

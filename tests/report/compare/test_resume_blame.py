@@ -102,12 +102,15 @@ def test_a_mode_that_read_an_earlier_modes_file_and_ran_fewer_steps_resumed_thou
     from cagtool.report.compare.render import numerics_lines
 
     snapshot = WrittenFiles(["snapshot.pt"], 1)
-    diffs = tuple(NumericsDiff(LOSS, record, "eager", 32, 0.0) for record in ("aot", "ca"))
+    diffs = tuple(NumericsDiff(LOSS, record, "eager", 32, 0.0, note=f"{record} has 32 losses, eager 96: compared the 32 steps both ran")
+                  for record in ("aot", "ca"))
     numerics = Numerics("eager", Tolerance(), diffs, written_before={"aot": snapshot, "ca": snapshot},
                         fewer_steps=("aot", "ca"), reads={"aot": frozenset({"snapshot.pt"}), "ca": frozenset({"data.bin"})})
     assert numerics.agree and list(numerics.resumed) == ["aot"]
     said = [line for line, _ in numerics_lines(numerics)]
     assert said[0] == "Numerics: losses of ca agree with eager within rtol 0.001, atol 1e-06; largest relative difference 0", said
     assert said[1].startswith("Numerics: aot started after an earlier mode wrote snapshot.pt in the job's working directory"), said
+    # its 32 steps are not eager's first 32: no note says they were compared as the same steps
+    assert said[2:] == ["  note: ca has 32 losses, eager 96: compared the 32 steps both ran"], said
     # the same steps in both (no resume): read or not, nothing is named
     assert not replace(numerics, fewer_steps=()).resumed

@@ -26,7 +26,7 @@ device is never waited for during training.
 
 Names are module paths (`encoder.layers.3.attn.q_proj.weight`), known from torch's global
 module/parameter registration hooks, so a model built, wrapped (DDP's `module.`) or compiled
-(`_orig_mod.`, dropped: eager mode runs without it) is named the same in every mode. A parameter's
+(`_orig_mod.`, dropped: a module compiled in place has none) is named the same in every mode. A parameter's
 name is looked up when it is first digested and kept: a script may rebind or free its model before
 the run's end (word_language_model reloads its best model to test it). A tensor no live module holds
 then is named by its place: `<optimizer tensor N>` when an optimizer stepped it (a sharded

@@ -315,3 +315,5 @@ def test_torch_compile_of_a_ddp_module_that_compiles_nothing_is_said_with_the_or
         assert (f"torch.compile(DDP(module)) (ddp_compiled_outside.py:{line}) compiled nothing: Dynamo gives up on DDP's "
                 "forward at `DistributedDataParallel._inside_ddp_forward`") in text, text
         assert "what to do: compile it: wrap the compiled module instead, DDP(torch.compile(module))" in text, text
+        # what the reorder changes for the script's checkpoint (ddp-tutorial-series saves `model.module.state_dict()`)
+        assert "its state_dict keys start with `_orig_mod.`, and `.module._orig_mod` is the module" in text, text

@@ -131,7 +131,9 @@ def _ddp_compiled_outside(record: "ModeRecord") -> SkippedCompile | None:
                               "give prepare() the compiled module, accelerator.prepare(torch.compile(model), ...), without "
                               "dynamo_backend: accelerate then wraps it in DDP, and its forward compiles")
     return SkippedCompile("torch.compile(DDP(module))", safe_line(where), "the module", why,
-                          "wrap the compiled module instead, DDP(torch.compile(module)), which compiles its forward")
+                          "wrap the compiled module instead, DDP(torch.compile(module)), which compiles its forward (DDP's "
+                          "`.module` is then torch.compile's wrapper: its state_dict keys start with `_orig_mod.`, and "
+                          "`.module._orig_mod` is the module, to save and load as before)")
 
 
 def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:

@@ -376,6 +376,13 @@ class GradParity:
         if bad:
             first = min(bad, key=lambda p: (p.first_bad_step, p.record))
             return "gradients: " + first.verdict() + self._nonfinite_said()
+        ranks = [p for p in self.pairs if p.across_ranks and not p.not_comparable and p.steps]
+        if ranks and len(ranks) == len(self.pairs) and self.agree:
+            # One mode of a multi-rank run: its ranks against its rank 0 (DDP keeps them alike), no other mode.
+            params, steps = max(p.params for p in ranks), max(len(p.steps) for p in ranks)
+            return (f"gradients: nothing to compare across modes (only {and_words(self._modes_of(ranks))} recorded); its "
+                    f"{len(ranks) + 1} ranks agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}"
+                    + self._nonfinite_said())
         if (why := self.one_reason()) is not None:
             return (f"gradients: nothing compared ({', '.join(f'{p.record} vs {p.reference}' for p in self.pairs)}): not comparable: "
                     + why + self._nonfinite_said())

@@ -205,6 +205,16 @@ def test_all_zero_gradients_of_several_modes_are_said_once_and_a_pair_not_compar
     assert GradParity("eager", (aot, ca)).summary() == "gradients: aot and eager agree on all 4 parameters at 1 digested step"
     assert GradParity("eager", (aot,)).summary() == "gradients: the 2 modes agree on all 4 parameters at 1 digested step"
 
+def test_one_mode_of_a_multi_rank_run_says_it_compares_its_ranks_not_modes():
+    """An HF Trainer job under torchrun recorded in aot alone: the only pair is rank 1 against rank 0,
+    and the summary read "gradients: nothing compared (aot rank1 agrees with aot rank0 on all ...)"."""
+    from cagtool.report.compare.grad_parity import GradParity
+
+    base = step_digests(grads(6, SHAPES))
+    ranks = compare_digests("aot rank1", "aot rank0", {0: base}, {0: base}, GradTolerance(), across_ranks=True)
+    assert GradParity("aot rank0", (ranks,)).summary() == (
+        "gradients: nothing to compare across modes (only aot recorded); its 2 ranks agree on all 4 parameters at 1 digested step")
+
 def test_a_parameter_only_one_sides_end_of_run_digest_holds_is_not_a_missing_gradient():
     """At a step both sides digested only at the run's end, the parameters are those cagtool chose
     there: before it chose the live optimizers', the ones of the steps digested earlier, which

@@ -380,9 +380,10 @@ class GradParity:
         if ranks and len(ranks) == len(self.pairs) and self.agree:
             # One mode of a multi-rank run: its ranks against its rank 0 (DDP keeps them alike), no other mode.
             params, steps = max(p.params for p in ranks), max(len(p.steps) for p in ranks)
+            said = (f": every gradient compared is zero ({_n(params, 'parameter')} at {_n(steps, 'digested step')})"
+                    if all(p.all_zero for p in ranks) else f" agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}")
             return (f"gradients: nothing to compare across modes (only {and_words(self._modes_of(ranks))} recorded); its "
-                    f"{len(ranks) + 1} ranks agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}"
-                    + self._nonfinite_said())
+                    f"{len(ranks) + 1} ranks{said}" + self._nonfinite_said())
         if (why := self.one_reason()) is not None:
             return (f"gradients: nothing compared ({', '.join(f'{p.record} vs {p.reference}' for p in self.pairs)}): not comparable: "
                     + why + self._nonfinite_said())

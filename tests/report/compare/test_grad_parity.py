@@ -214,6 +214,11 @@ def test_one_mode_of_a_multi_rank_run_says_it_compares_its_ranks_not_modes():
     ranks = compare_digests("aot rank1", "aot rank0", {0: base}, {0: base}, GradTolerance(), across_ranks=True)
     assert GradParity("aot rank0", (ranks,)).summary() == (
         "gradients: nothing to compare across modes (only aot recorded); its 2 ranks agree on all 4 parameters at 1 digested step")
+    zeros = step_digests({name: [0.0] * n for name, n in SHAPES.items()})
+    zero = compare_digests("aot rank1", "aot rank0", {0: zeros}, {0: zeros}, GradTolerance(), across_ranks=True)
+    assert GradParity("aot rank0", (zero,)).summary() == (
+        "gradients: nothing to compare across modes (only aot recorded); its 2 ranks: every gradient compared is zero "
+        "(4 parameters at 1 digested step)")
 
 def test_a_parameter_only_one_sides_end_of_run_digest_holds_is_not_a_missing_gradient():
     """At a step both sides digested only at the run's end, the parameters are those cagtool chose

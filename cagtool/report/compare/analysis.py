@@ -531,10 +531,19 @@ class Numerics:
         compiled_alike: set[str] = set()
         if self.against_aot and all(d.agrees for d in self.against_aot):
             compiled_alike = {d.record for d in self.against_aot} | {d.reference for d in self.against_aot}
-        return {r: files for r, files in self.written_before.items()
-                if not self._read_none_of(r, files)
-                and (r in self.stepless or (r in self.fewer_steps and bool(self.reads.get(r, frozenset()) & set(files.paths)))
-                     or (r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike and not self.unseeded))))}
+
+        def resumed(record: str, files: WrittenFiles) -> bool:
+            if self._read_none_of(record, files):
+                return False
+            if record in self.stepless:
+                return True
+            if record in self.fewer_steps and self.reads.get(record, frozenset()) & set(files.paths):
+                return True  # it read one of them: a resume, whatever its losses
+            if record not in differ:
+                return False
+            return record in self.fewer_steps or (record in from_start and record not in compiled_alike and not self.unseeded)
+
+        return {r: files for r, files in self.written_before.items() if resumed(r, files)}
 
     def _read_none_of(self, record: str, files: WrittenFiles) -> bool:
         """The record's processes opened none of the files an earlier mode wrote, as far as can be

@@ -249,12 +249,10 @@ class PairParity:
             return f"{self.record} vs {self.reference}: no digested step in common"
         if self.first_bad_step is None and self.all_zero and not self.params:
             return (f"{self.record} vs {self.reference}: no parameter has a gradient on either side ({_n(self.gradless, 'parameter')} "
-                    f"at {_n(len(self.steps), 'digested step')}): nothing to compare (the loss does not reach the parameters, or "
-                    "they were digested after the job set their gradients to None)")
+                    f"at {_n(len(self.steps), 'digested step')}): nothing to compare ({_NO_GRADIENT_WHY})")
         if self.first_bad_step is None and self.all_zero:
             return (f"{self.record} vs {self.reference}: every gradient compared is zero on both sides ({_n(self.params, 'parameter')} "
-                    f"at {_n(len(self.steps), 'digested step')}{self.gradless_words()}): nothing to compare (the loss does not reach "
-                    "the parameters, or they were digested after the job zeroed them)")
+                    f"at {_n(len(self.steps), 'digested step')}{self.gradless_words()}): nothing to compare ({_ZERO_GRADIENT_WHY})")
         if self.first_bad_step is None:
             return (f"{self.record} agrees with {self.reference} on all {_n(self.params, 'parameter')} at "
                     f"{_n(len(self.steps), 'digested step')} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance"
@@ -336,12 +334,10 @@ class GradParity:
             where = f" on each of {len(ranks)} ranks" if ranks else ""
             if not any(p.params for p in compared):
                 return (f"gradients: nothing to compare: no parameter has a gradient in {names} (at {_n(steps, 'digested step')}{where}): "
-                        "the loss does not reach the parameters, or they were digested after the job set their gradients to None"
-                        + self._nonfinite_said())
+                        + _NO_GRADIENT_WHY + self._nonfinite_said())
             params = max(p.params for p in compared)
             return (f"gradients: nothing to compare: every gradient compared is zero in {names} ({_n(params, 'parameter')} at "
-                    f"{_n(steps, 'digested step')}{where}): the loss does not reach the parameters, or they were digested after the job "
-                    "zeroed them" + self._nonfinite_said())
+                    f"{_n(steps, 'digested step')}{where}): " + _ZERO_GRADIENT_WHY + self._nonfinite_said())
         if not self.pairs:
             return "gradients: not compared: " + "; ".join(self.notes[:4]) if self.reference is not None and self.notes else "gradients: no digests recorded"
         if self.agree and compared:
@@ -417,6 +413,11 @@ class GradParity:
 
     def _nonfinite_said(self) -> str:
         return "; not finite: " + "; ".join(self.nonfinite) if self.nonfinite else ""
+
+
+# Why gradients that are all zero, or all absent, compare nothing: said of a pair and of a run.
+_ZERO_GRADIENT_WHY = "the loss does not reach the parameters, or they were digested after the job zeroed them"
+_NO_GRADIENT_WHY = "the loss does not reach the parameters, or they were digested after the job set their gradients to None"
 
 
 def _n(count: int, noun: str) -> str:

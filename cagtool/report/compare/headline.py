@@ -614,8 +614,8 @@ def _failure_blame(comparison: Comparison) -> str:
               if column.failures and all(f.status == "failed" and not f.not_run for f in column.failures)
               and len(column.failures) >= len(column.records)}
     ran = {name for name, column in comparison.modes.items() if name not in hit and column.metrics is not None}
-    run = {name for name, column in comparison.modes.items() if not any(f.not_run for f in column.failures)}
-    if len(run) > 1 and "eager" in run and failed == run:
+    started = {name for name, column in comparison.modes.items() if not any(f.not_run for f in column.failures)}
+    if len(started) > 1 and "eager" in started and failed == started:
         reasons = {f.reason for column in comparison.modes.values() for f in column.failures}
         if len(reasons) == 1:
             wrapper = any(f.compile_wrapper for f in comparison.modes["eager"].failures)

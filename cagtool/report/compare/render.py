@@ -330,8 +330,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
         if kept:
             worst = worst_diff(kept)
             where = _where(worst) if worst and worst.max_rel_diff else ""
-            records = list(dict.fromkeys(d.record for d in kept))
-            whose = f" of {and_words(records)}" if left_out & {d.record for d in numerics.diffs} else ""
+            whose = f" of {and_words(d.record for d in kept)}" if left_out & {d.record for d in numerics.diffs} else ""
             largest = worst.max_rel_diff if worst is not None else None
             lines.append(
                 (f"Numerics: {_compared_words(kept)}{whose} agree with {numerics.reference} within {tolerance}; "

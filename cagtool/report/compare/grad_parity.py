@@ -212,6 +212,8 @@ class PairParity:
     # Parameters with no gradient on either side at every step compared (frozen but handed to the
     # optimizer, or not reached by the loss): not counted in `params` or `compared`.
     gradless: int = 0
+    # Not comparable for random ops: the compiled record that drew them and the ops (its graphs').
+    random_ops: tuple[str, tuple[str, ...]] | None = None
 
     def resumed_from(self, written: WrittenFiles) -> PairParity:
         """Not comparable for other inputs, where the comparison of the losses found the record's
@@ -383,6 +385,9 @@ class GradParity:
         if (why := self.one_reason()) is not None:
             return (f"gradients: nothing compared ({', '.join(f'{p.record} vs {p.reference}' for p in self.pairs)}): not comparable: "
                     + why + self._nonfinite_said())
+        if all(p.not_comparable for p in self.pairs):  # each for a reason of its own, which its line below says
+            return (f"gradients: nothing compared ({', '.join(f'{p.record} vs {p.reference}' for p in self.pairs)}): none "
+                    "comparable, each for the reason below" + self._nonfinite_said())
         return "gradients: nothing compared (" + "; ".join(p.verdict() for p in self.pairs) + ")" + self._nonfinite_said()
 
     def _modes_of(self, pairs: list[PairParity]) -> list[str]:
@@ -394,7 +399,12 @@ class GradParity:
         """Why no pair is comparable, where every pair says the same (Hogwild's shared weights):
         said once, not once per pair; None otherwise."""
         reasons = {p.not_comparable for p in self.pairs}
-        return next(iter(reasons)) if len(reasons) == 1 and "" not in reasons else None
+        if len(reasons) == 1 and "" not in reasons:
+            return next(iter(reasons))
+        drawn = [p.random_ops for p in self.pairs]
+        if all(drawn):  # random ops in every pair's compiled graphs (dropout in aot's and in ca's): one reason, each named
+            return _random_ops_reason([name.split(" ")[0] for name, _ in drawn], [op for _, ops in drawn for op in ops])
+        return None
 
     def compiled_otherwise(self) -> PairParity | None:
         """Where every record that differs from the reference (eager) is an aot one, or a ca one
@@ -734,23 +744,31 @@ def _inductor_compiled(record: ModeRecord) -> bool:
 RANDOM_OPS_WORDS = "random ops "
 
 
-def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> tuple[str, tuple[float, float] | None]:
+def _random_ops_reason(names: list[str], ops: list[str]) -> str:
+    """Why gradients are not comparable where random ops drew other numbers in these records'
+    compiled graphs (each named once, and the first four ops)."""
+    ops, owners = list(dict.fromkeys(ops)), and_words(f"{name}'s" for name in names)
+    return (f"{RANDOM_OPS_WORDS}({', '.join(ops[:4])}) in {owners} compiled graphs "
+            "draw other numbers than eager; rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients")
+
+
+def _why_not_comparable(record: ModeRecord, reference: ModeRecord, names: tuple[str, str]) -> tuple[str, tuple[float, float] | None, tuple[str, tuple[str, ...]] | None]:
     """Why a pair whose gradients differ is no verdict on the backward: random ops in compiled
-    graphs (the more specific cause, looked for first), or other inputs (then the first step's
-    losses, record's and reference's, come with it). Weights in shared memory that other processes
+    graphs (the more specific cause, looked for first; then the record that drew them and the ops
+    come with it), or other inputs (then the first step's losses, record's and reference's, come
+    with it). Weights in shared memory that other processes
     wrote (Hogwild workers) come before either: nothing of such a step is comparable."""
     from cagtool.report.figures.metrics import first_backward_loss, params_shared, step_losses
 
     if params_shared(record) or params_shared(reference):
         return ("trained parameters in shared memory that other processes wrote too (Hogwild): each gradient was computed on "
-                "weights the OS's order of the processes decided, which differs from run to run"), None
-    for side in (record, reference):
+                "weights the OS's order of the processes decided, which differs from run to run"), None, None
+    for side, name in zip((record, reference), names):
         if side.mode == "eager" or _eager_randomness(side) or not _inductor_compiled(side):
             continue
         ops = random_ops_in(side)
         if ops:
-            return (f"{RANDOM_OPS_WORDS}({', '.join(ops[:4])}) in {side.path.name}'s compiled graphs draw other numbers than eager; "
-                    "rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients"), None
+            return _random_ops_reason([name], ops), None, (name, tuple(ops))
     # The numerics rule (compare/analysis.py, first_losses_differ): a first-step loss that already
     # differs comes from other inputs (an unseeded rank, data order) before any backward ran.
     mine, theirs = step_losses(record), step_losses(reference)
@@ -763,14 +781,14 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> tuple[str,
                         f"the loss after it already differs ({a!r} vs {b!r}): that backward changed what the next forward "
                         "computed (random numbers drawn in it: torch.compile's non-reentrant activation checkpointing on the "
                         "eager backend draws them in its recompute, eager's does not), so the step's gradients came from other "
-                        "random draws"), (a, b)
+                        "random draws"), (a, b), None
             compiled = record.manifest.mode != "eager" and not _eager_randomness(record) and _inductor_compiled(record)
             hint = "; for dropout in a compiled forward, rerun with cagtool run --parity" if compiled else ""
             return (f"inputs differ: the first step's losses already differ ({a!r} vs {b!r}) before any backward ran "
                     f"(an unseeded script or rank, data order, Python's hash randomization (`hash()` of strings or bytes, "
                     f"a set's order: rerun with PYTHONHASHSEED=0), randomness in the forward, or a compiled forward that "
-                    f"computes differently{hint})"), (a, b)
-    return "", None
+                    f"computes differently{hint})"), (a, b), None
+    return "", None, None
 
 
 def _labelled(name: str, record: ModeRecord) -> list[tuple[str, ModeRecord]]:
@@ -837,8 +855,9 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
             pair = _after_drift(pair, _loss_drift(rec, ref_rec), digests, ref_digests, tol, partial)
         # Random ops matter only when the gradients differ (equal draws agree, e.g. --parity): the
         # graphs and trace log are read then, not on every compare.
-        why, first = ("", None) if pair.agrees else _why_not_comparable(rec, ref_rec)
-        pairs.append(PairParity(label, ref_label, pair.steps, pair.params, not_comparable=why, first_losses=first) if why else pair)
+        why, first, drawn = ("", None, None) if pair.agrees else _why_not_comparable(rec, ref_rec, (label, ref_label))
+        pairs.append(PairParity(label, ref_label, pair.steps, pair.params, not_comparable=why, first_losses=first, random_ops=drawn)
+                     if why else pair)
         if apart_note and not why and len(notes) < 50:  # a pair not comparable at all: which steps it left out says nothing
             notes.append(apart_note)
         if not why and base_mode(name) == "ca" and len(notes) < 50:

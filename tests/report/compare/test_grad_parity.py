@@ -220,6 +220,37 @@ def test_one_mode_of_a_multi_rank_run_says_it_compares_its_ranks_not_modes():
         "gradients: nothing to compare across modes (only aot recorded); its 2 ranks: every gradient compared is zero "
         "(4 parameters at 1 digested step)")
 
+
+def test_random_ops_in_several_modes_graphs_are_one_reason_said_once_naming_each_mode():
+    """pytorch/examples' mnist with torch.compile on Inductor: dropout in aot's and in ca's compiled
+    graphs. The summary held both pairs' reasons in full ("nothing compared (aot vs eager: not
+    comparable: random ops ...; ca vs eager: not comparable: random ops ...)") and each pair's line
+    said it again below. Now one reason names every mode that drew them (across ranks too), and
+    no pair line repeats it; reasons that differ otherwise are still each said."""
+    from dataclasses import replace
+
+    from cagtool.report.compare.grad_parity import GradParity, _random_ops_reason
+    from cagtool.report.compare.render import grad_parity_lines
+
+    base = step_digests(grads(7, SHAPES))
+    pairs = []
+    for record, ops in (("aot rank0", ("dropout", "inductor_seeds")), ("aot rank1", ("dropout", "inductor_seeds")),
+                        ("ca rank0", ("inductor_random", "dropout")), ("ca rank1", ("dropout",))):
+        pair = compare_digests(record, record.replace(record.split(" ")[0], "eager"), {0: base}, {0: base}, GradTolerance())
+        pairs.append(replace(pair, not_comparable=_random_ops_reason([record], list(ops)), random_ops=(record, ops)))
+    assert pairs[0].not_comparable.startswith("random ops (dropout, inductor_seeds) in aot rank0's compiled graphs draw other")
+    parity = GradParity("eager rank0", tuple(pairs))
+    lines = [line for line, _ in grad_parity_lines(parity)]
+    assert lines == ["gradients: nothing compared (aot rank0 vs eager rank0, aot rank1 vs eager rank1, ca rank0 vs eager rank0, "
+                     "ca rank1 vs eager rank1): not comparable: random ops (dropout, inductor_seeds, inductor_random) in aot's and "
+                     "ca's compiled graphs draw other numbers than eager; rerun with cagtool run --parity "
+                     "(torch._inductor.config.fallback_random) to compare gradients"], lines
+    other = (pairs[0], replace(pairs[2], not_comparable="inputs differ", random_ops=None))
+    lines = [line for line, _ in grad_parity_lines(GradParity("eager rank0", other))]
+    assert lines[0] == "gradients: nothing compared (aot rank0 vs eager rank0, ca rank0 vs eager rank0): none comparable, each for the reason below"
+    assert len(lines) == 3 and lines[1].startswith("  aot rank0 vs eager rank0: not comparable: random ops") and lines[2] == (
+        "  ca rank0 vs eager rank0: not comparable: inputs differ"), lines
+
 def test_a_parameter_only_one_sides_end_of_run_digest_holds_is_not_a_missing_gradient():
     """At a step both sides digested only at the run's end, the parameters are those cagtool chose
     there: before it chose the live optimizers', the ones of the steps digested earlier, which

@@ -474,7 +474,13 @@ def grad_parity_lines(parity: Any) -> list[tuple[str, bool]]:
         # One mode digested, the others could not (their optimizer steps inside compiled code): said.
         return [(parity.summary(), False)] if parity.reference is not None and parity.notes else []
     lines = [(parity.summary(), not parity.agree)]
+    # A ca record that agrees with aot where both differ from eager: its parameters are aot's, listed once.
+    as_aot = {p.record: p.reference for p in parity.against_aot} if parity.compiled_otherwise() is not None else {}
     for pair in parity.pairs if parity.one_reason() is None else ():  # one reason for all: the summary said it
+        if not pair.agrees and pair.record in as_aot:
+            lines.append((f"  {pair.record} differs from {pair.reference} as {as_aot[pair.record]} does: its gradients are "
+                          f"{as_aot[pair.record]}'s (the line below)", True))
+            continue
         if not pair.agrees:
             lines.append((f"  {pair.verdict()}:", True))
             for mismatch in pair.first_bad[:8]:

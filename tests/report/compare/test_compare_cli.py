@@ -251,6 +251,9 @@ def test_compiled_gradients_that_differ_from_eager_alike_in_aot_and_ca_are_not_b
     assert ("gradients: ca agrees with aot on all 4 parameters at 2 digested steps (steps 0, 4; worst 0x the tolerance); "
             "both differ from eager (first at step 0, in 1 of 4 parameters): the compiled program computes otherwise than eager, "
             "not compiled autograd") in text, text
+    # ca's parameters are aot's: listed once, under aot (they were listed again under ca, word for word).
+    assert "ca differs from eager as aot does: its gradients are aot's (the line below)" in text, text
+    assert "ca differs from eager first at step" not in text and text.count("differs from eager first at step 0") == 1, text
     [against] = json.loads(compare(str(run.path), "--format", "json").stdout)["grad_parity"]["against_aot"]
     assert against["record"] == "ca" and against["reference"] == "aot" and against["agrees"], against
 

@@ -36,7 +36,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from cagtool.record.schema import MISS_CHANGED_SHAPES, MISS_NEW_NODE, MISS_UNKNOWN
 
@@ -775,35 +775,42 @@ def readable_source(source: str) -> str:
     return _NAMED.sub(r"\g<name>", _IMPORTED_MODULE.sub(module, source))
 
 
-# A module in Dynamo's guard tree (`dynamo_cpp_guards_str`) of torch's wrapper of a compiled
-# module's call, where the module is the closure `fn`: `GuardManager: source=L['fn'], ...,
-# type=<class 'torch.nn.modules.container.Sequential'>`, its submodules `L['fn']._modules['0']`.
-_WRAPPED_MODULE = re.compile(
-    r"GuardManager: source=L\['fn'\](?P<path>(?:\._modules\['[^']*'\])*), .*?type=<class '(?:[\w.]*\.)?(?P<cls>\w+)'>"
-)
+# A module in Dynamo's guard tree (`dynamo_cpp_guards_str`), a frame local: the closure `fn` of
+# torch's wrapper of a compiled module's call, or a compiled method's `self`: `GuardManager:
+# source=L['fn'], ..., type=<class 'torch.nn.modules.container.Sequential'>`, its submodules
+# `L['fn']._modules['0']`.
+def _module_pattern(local: str) -> re.Pattern[str]:
+    return re.compile(rf"GuardManager: source=L\['{re.escape(local)}'\](?P<path>(?:\._modules\['[^']*'\])*), .*?"
+                      r"type=<class '(?:[^'\n]*\.)?(?P<cls>\w+)'>")  # a class made in a function: `f.<locals>.Layer`
 
 
 # A parameter of that module in the same tree, with its size: `TENSOR_MATCH: check_tensor(L['fn'].
 # _modules['0']._parameters['weight'], Parameter, ..., size=[16, 4], stride=[4, 1])`.
-_WRAPPED_PARAMETER = re.compile(
-    r"TENSOR_MATCH: check_tensor\(L\['fn'\](?P<path>(?:\._modules\['[^']*'\])*)\._parameters\['(?P<name>[^']*)'\], .*?size=\[(?P<size>[^\]]*)\]"
-)
+def _parameter_pattern(local: str) -> re.Pattern[str]:
+    return re.compile(rf"TENSOR_MATCH: check_tensor\(L\['{re.escape(local)}'\](?P<path>(?:\._modules\['[^']*'\])*)"
+                      r"\._parameters\['(?P<name>[^']*)'\], .*?size=\[(?P<size>[^\]]*)\]")
 
 
-def wrapped_module(guards: str) -> tuple[str, ...]:
+_MODULE_LOCALS = {local: (_module_pattern(local), _parameter_pattern(local)) for local in ("fn", "self")}
+
+
+def wrapped_module(guards: str, local: Literal["fn", "self"] = "fn") -> tuple[str, ...]:
     """The module a compile of torch's shared module wrapper (`inner`) was for, from its guard
     tree: `("Sequential", "0=Linear", "1=Tanh", "0.weight:[16, 4]")`, the class of `fn`, each
     submodule by its path, then each parameter guarded with its size (two modules of one
-    architecture and other widths, a GAN's G and D, differ there); () when the tree guards no `fn`."""
+    architecture and other widths, a GAN's G and D, differ there); () when the tree guards no `fn`.
+    With `local="self"`: the module a compiled method was called on (a module class's
+    `@torch.compile def forward`, shared by its instances)."""
+    modules, parameters = _MODULE_LOCALS[local]
     found: list[str] = []
-    for match in _WRAPPED_MODULE.finditer(guards):
+    for match in modules.finditer(guards):
         path = ".".join(re.findall(r"\['([^']*)'\]", match["path"]))
         item = f"{path}={match['cls']}" if path else match["cls"]
         if item not in found:
             found.append(item)
     if not found:
         return ()
-    for match in _WRAPPED_PARAMETER.finditer(guards):
+    for match in parameters.finditer(guards):
         path = ".".join([*re.findall(r"\['([^']*)'\]", match["path"]), match["name"]])
         item = f"{path}:[{match['size']}]"
         if item not in found:

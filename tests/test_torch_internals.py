@@ -1374,3 +1374,38 @@ def test_with_dynamo_off_torch_compile_returns_the_module_and_compiler_disable_w
     proc = subprocess.run([sys.executable, "-c", _COMPILE_WITH_DYNAMO_OFF], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True True True ['_orig_mod.bias', '_orig_mod.weight'] 0"
+
+
+@pytest.mark.parametrize("how", ["plain", "marked", "dynamic"])
+def test_a_compiled_method_called_on_an_instance_with_other_parameter_sizes_recompiles_whatever_its_input(how):
+    """explain.py's `other_instance`: a module class's `@torch.compile def forward`, called on a
+    second instance whose weight has other sizes, compiles again with its input's changed dim
+    marked dynamic and with dynamic=True (parameters' sizes are static by default,
+    force_parameter_static_shapes); the guard tree holds `self`'s parameters with their sizes,
+    which torch_text.wrapped_module(tree, "self") reads."""
+    from torch._dynamo.utils import counters
+
+    from cagtool.torch_text import wrapped_module
+
+    assert torch._dynamo.config.force_parameter_static_shapes
+    trees: list[str] = []
+
+    class Layer(torch.nn.Linear):
+        @torch.compile(backend="eager", dynamic=True if how == "dynamic" else None)
+        def forward(self, x):
+            return torch.relu(torch.mm(x, self.weight.T) + self.bias)
+
+    counters.clear()
+    try:
+        with structured_records() as records:
+            first, second = Layer(6, 4), Layer(4, 4)
+            h = first(torch.randn(3, 6)).detach()
+            if how == "marked":
+                torch._dynamo.maybe_mark_dynamic(h, 1)
+            second(h)
+        trees = [payload for meta, payload in records if "dynamo_cpp_guards_str" in meta]
+        assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+    finally:
+        torch._dynamo.reset()
+    assert [wrapped_module(tree, "self") for tree in trees] == [
+        ("Layer", "bias:[4]", "weight:[4, 6]"), ("Layer", "bias:[4]", "weight:[4, 4]")]

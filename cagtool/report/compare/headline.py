@@ -299,7 +299,7 @@ def cause_phrase(cause: "Cause") -> str:
     if cause.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH):
         guard = cause.facts.get("guard") or ""
         size = size_guard(guard)
-        if size is not None and not (cause.facts.get("other_module") or cause.facts.get("other_module_by_guards")):
+        if size is not None and not (cause.facts.get("other_module") or cause.facts.get("other_module_by_guards") or cause.facts.get("other_instance")):
             name, dim, before, after = size
             what = f"the size of `{name}` (dim {dim}) changed {before}->{after}"
             if dim == 0 and cause.facts.get("after_training"):

@@ -778,6 +778,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "compiled_by": _compiled_by(table, cause),
         # ... known from the guards of each compile of it: (compile id, module) in compile order.
         "other_module_by_guards": _other_module_by_guards(table, cause),
+        # A compiled method called on another instance of its class, whose parameters have other
+        # sizes than every entry it failed: (compile id, module) for those entries and the recompile.
+        "other_instance": _other_instance(table, cause),
         # ... and what the recompile was for is a function, not a module (torch.compile(opt.step) after an LR scheduler).
         "wrapped_function": all(table.wrapper_modules.get(r.compile_id, ("",))[0] in _FUNCTION_CLASSES for r in cause.rows),
         "wrapped_optimizer_step": all(r.compile_id in table.wrapper_optimizer_steps for r in cause.rows),
@@ -2326,6 +2329,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return "a compiled function of torch's runs through the compiled modules' shared frame"
     if facts.get("other_module_by_guards"):
         return f"another compiled module's first call (a {facts['other_module_by_guards'][-1][1]})"
+    if facts.get("other_instance"):
+        return f"the compiled method's `self` is another {_instance_words(facts)[0]}"
     if kind == GUARD_GRAD_MODE and facts.get("reentrant_recompute"):
         return (f"the grad mode changed: a reentrant checkpoint's recompute of `{facts['reentrant_recompute']}` in the "
                 "backward, with grad on, after its forward under no_grad")
@@ -2576,6 +2581,45 @@ def _other_module_by_guards(table: RecompileTable, cause: Cause) -> list[tuple[s
     return list(shown.items())
 
 
+def _instance_words(facts: dict[str, Any]) -> tuple[str, str]:
+    """Of a cause whose method was called on another instance (`other_instance`): its class, and
+    "0/0 a Layer(ReLU) with weight [500, 784], then 0/1 a Layer(ReLU) with weight [500, 500]"."""
+    found = facts["other_instance"]
+    return found[-1][1].split("(")[0].split(" ")[0], ", then ".join(f"{cid} a {module}" for cid, module in found)
+
+
+def _compile_order(compile_id: str) -> tuple[int, ...]:
+    """`0/10` after `0/2`: a compile id's numbers."""
+    return tuple(int(part) if part.isdigit() else 0 for part in compile_id.lstrip("!").split("/"))
+
+
+def _other_instance(table: RecompileTable, cause: Cause) -> list[tuple[str, str]]:
+    """Where each recompile of the cause is of a compiled method (`self` its first parameter) whose
+    `self` has parameters of other sizes than the `self` of every cache entry it failed (the guard
+    trees say both): (compile id, module with the first parameter that differs), the failed
+    entries then the recompile, in compile order; [] otherwise. Dynamo keeps parameters' sizes
+    static, so such a call compiles for the instance whatever guard torch names first (the input
+    that goes with those weights), and no input marked dynamic removes it."""
+    shown: dict[str, str] = {}
+    for row in cause.rows:
+        module = table.self_modules.get(row.compile_id)
+        failed = [cid for m in row.messages if (cid := reason_compile_id(m.strip().splitlines()[0]))]
+        entries = [table.self_modules.get(cid) for cid in failed]
+        if not module or not failed or not all(entries):
+            return []
+        sizes = _parameter_sizes(module)
+        differing = []
+        for entry in entries:
+            theirs = _parameter_sizes(entry)  # type: ignore[arg-type]
+            name = next((n for n, size in sizes.items() if theirs.get(n) not in (None, size)), None)
+            if name is None or entry[0] != module[0]:  # type: ignore[index]
+                return []
+            differing.append(name)
+        for cid in (*sorted(set(failed), key=_compile_order), row.compile_id):
+            shown[cid] = module_text(table.self_modules[cid], differing[0])
+    return sorted(shown.items(), key=lambda item: _compile_order(item[0]))
+
+
 # What torch.compile wraps in its module wrapper besides a torch.nn module: a function of torch's
 # own (trace_rules), such as the plain function an LR scheduler puts in place of an optimizer's step.
 _FUNCTION_CLASSES = ("function", "method", "builtin_function_or_method", "partial")
@@ -2756,6 +2800,15 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
                 f"compile was for: {compiles}. So this is another compiled module called for the first time, not one "
                 f"module's input changing; {named}. Each such module is one more compile of the shared frame, and all of "
                 "them count against its one recompile limit (torch._dynamo.config.recompile_limit)."]
+    if facts.get("other_instance"):
+        cls, compiles = _instance_words(facts)
+        method = f"`{facts['function']}`" if facts.get("function") else "The recompiled function"
+        return [f"{method} is a method (its first parameter `self`), one code object for every instance of its class, and "
+                f"this call's `self` is another {cls}, with parameters of other sizes: {compiles}. Dynamo keeps parameters' "
+                "sizes static (torch._dynamo.config.force_parameter_static_shapes), so each size of the module is a compile "
+                f"of its own; torch names only the first guard that failed, `{facts.get('guard', '')}`, the input that goes "
+                "with the other weights, not an input that changed for one module. Each is compiled once and cached, and "
+                "all of them count against the method's one recompile limit (torch._dynamo.config.recompile_limit)."]
     if facts.get("optional_argument"):
         name = facts["optional_argument"]
         return [f"The compiled function is given `{name}` as a tensor in some calls and as None in others (an optional "
@@ -3249,8 +3302,10 @@ def _collator_fix(before: int, after: int) -> str:
 def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
-    # (an evaluation that met the change with grad off is the same change, not another: Cause.place)
-    once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) - len(facts.get("evaluation_steps") or ()) <= 1
+    # (an evaluation that met the change with grad off is the same change, not another: Cause.place;
+    # recompiles after training's last step, in one evaluation or prediction, are a one-time cost too)
+    once = ((bool(facts.get("stabilised")) or bool(facts.get("after_training")))
+            and facts.get("recompiling_steps", 0) - len(facts.get("evaluation_steps") or ()) <= 1)
     if facts.get("library_hooks"):
         package = facts["library_hooks"][0]
         if _bool_flag(facts):
@@ -3311,6 +3366,11 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
     if facts.get("other_module_by_guards") and facts.get("wrapped_function"):
         return ["Nothing to fix: compiled once and cached. To give it its own frame and recompile limit, compile a function "
                 "of your own that calls it."]
+    if facts.get("other_instance"):
+        cls = _instance_words(facts)[0]
+        return [f"Nothing to fix: each size of {cls} is compiled once and cached; no input marked dynamic (maybe_mark_dynamic, "
+                "dynamic=True) removes it, the parameters' sizes stay static. With more sizes than the recompile limit, the "
+                "last ones run eagerly: raise torch._dynamo.config.recompile_limit."]
     if facts.get("other_module_by_guards"):
         return ["Nothing to fix: each compiled module is compiled once and cached. With more compiled modules than the "
                 "recompile limit, the last ones run eagerly: raise torch._dynamo.config.recompile_limit, or compile the one "

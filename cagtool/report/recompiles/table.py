@@ -212,6 +212,11 @@ class RecompileTable:
     # The module each of those compiles was for (torch_text.wrapped_module, read from its guards):
     # compile id -> ("Sequential", "0=Linear", ...); absent where the record kept no guards.
     wrapper_modules: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The module a compiled method's `self` was (torch_text.wrapped_module(..., "self")), for each
+    # Dynamo recompile of a method and each cache entry it failed: compile id -> ("Layer",
+    # "relu=ReLU", "weight:[500, 784]", ...). Instances of one class with parameters of other sizes
+    # (a layer-wise net's `@torch.compile def forward`) each compile once: no input's change.
+    self_modules: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # ... those that wrapped an optimizer's step(): the next compile, from the same line, is torch.optim's
     # (torch.compile(opt.step) after an LR scheduler made opt.step a plain function of torch's).
     wrapper_optimizer_steps: frozenset[str] = frozenset()
@@ -813,6 +818,23 @@ def _dynamic_dims(record: ModeRecord, rows: list[RecompileRow], missing: list[st
     return dynamic
 
 
+def _self_modules(record: ModeRecord, rows: list[RecompileRow], missing: list[str]) -> dict[str, tuple[str, ...]]:
+    """RecompileTable.self_modules, from the guard trees of the first MAX_GUARD_TREES Dynamo
+    recompiles of a method (`self` its first parameter) and of the entries each failed."""
+    wanted: set[str] = set()
+    for row in rows:
+        if row.source == SOURCE_CA or row.frame_argnames[:1] != ("self",) or not row.messages or len(wanted) >= MAX_GUARD_TREES:
+            continue
+        wanted |= {row.compile_id, *(cid for m in row.messages if (cid := reason_compile_id(m.strip().splitlines()[0])))}
+    modules: dict[str, tuple[str, ...]] = {}
+    for event in record.of(CompileArtifactEvent):
+        if event.artifact == ARTIFACT_GUARDS and event.compile_id in wanted and event.compile_id not in modules:
+            tree = _guard_tree(record, event, missing)
+            if tree is not None and (module := wrapped_module(tree, "self")):
+                modules[event.compile_id] = module
+    return modules
+
+
 def _stepped_between_backwards(record: ModeRecord) -> frozenset[int]:
     """The steps with a backward call after an optimizer's step() in the same step (record order).
     A record read without its optimizer steps (the summary's kinds) reads them now: only a second
@@ -1015,6 +1037,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     guarded, assignments = _guarded_values(record, rows, missing)
     broken_nones = _none_guards_broken(record, rows, missing)
     modules = _wrapper_modules(record, callers, missing)
+    self_modules = _self_modules(record, rows, missing)
     grad_modes, inference_modes = _grad_modes(record, rows, missing)
     dynamic_dims = _dynamic_dims(record, rows, missing)
     return RecompileTable(
@@ -1056,6 +1079,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         backward_outside_compiled=manifest.mode == "ca" and _backward_outside_compiled(compile_events, breaks),
         wrapper_callers=callers,
         wrapper_modules=modules,
+        self_modules=self_modules,
         break_reasons=break_reasons,
         nested_breaks=_nested_breaks(breaks, compile_events),
         guarded=guarded,

@@ -674,3 +674,36 @@ def test_a_train_eval_switch_through_one_forward_picks_by_the_modules_mode():
     assert "lit.py:16 (`return self.net(x)`) is training's call too" in fix, fix
     assert "`self.net(x) if self.net.training else self.net._orig_mod(x)`" in fix and "at the evaluation's call" not in fix, fix
 
+
+
+def test_a_compiled_method_called_on_another_instance_is_that_instance_not_an_input_to_mark_dynamic(record_run):
+    """tests/scripts/layerwise_compiled_method.py (pytorch/examples' mnist_forward_forward, `@torch.compile`
+    on Layer.forward): the second layer's first call fails the first layer's entry on its input's
+    dim 1 (12 -> 8), and the advice was to mark that dimension dynamic, or compile with
+    dynamic=True; neither removes it (torch 2.13, checked by hand: parameters' sizes are static, so
+    a weight of [8, 8] after [8, 12] compiles again either way). The guard trees show `self` with
+    other parameter sizes: the recompile is the other instance's, nothing to fix, and --verify
+    offers no dynamic source for it. The prediction after training, on a smaller batch, is kept
+    first: a one-time cost after the last step."""
+    script = "../tests/scripts/layerwise_compiled_method.py"
+    explanation, cwd = _explained(record_run, script)
+    assert explanation.table.self_modules["0/0"] == ("Layer", "relu=ReLU", "bias:[8]", "weight:[8, 12]")
+    (instance,) = [c for c in explanation.causes if c.facts.get("other_instance")]
+    assert [r.compile_id for r in instance.rows] == ["0/1"] and instance.facts["kind"] == GUARD_SIZE
+    words = cause_words(instance, cwd)
+    assert words.title.startswith("Dynamo recompiled forward frame 0 `forward`: the compiled method's `self` is another Layer"), words.title
+    assert ("this call's `self` is another Layer, with parameters of other sizes: 0/0 a Layer(ReLU) with weight [8, 12], then 0/1 "
+            "a Layer(ReLU) with weight [8, 8]") in words.why[1], words.why
+    assert words.fix == ["Nothing to fix: each size of Layer is compiled once and cached; no input marked dynamic (maybe_mark_dynamic, "
+                         "dynamic=True) removes it, the parameters' sizes stay static. With more sizes than the recompile limit, the "
+                         "last ones run eagerly: raise torch._dynamo.config.recompile_limit."]
+    assert not [f for f in fixes_for(explanation, pgo_suggestion="TORCH_COMPILE_DYNAMIC_SOURCES=\"L['x']\"")
+                if instance.number in f.causes and f.name in ("dynamic-sources", "torch-pgo")]
+    # The prediction's smaller batch, after training (grad on: no evaluation under no_grad): kept, then marked.
+    (batch,) = [c for c in explanation.causes if c.facts.get("kind") == GUARD_SIZE and c.facts.get("after_training")]
+    fixes = cause_words(batch, cwd).fix
+    assert fixes[0].startswith("If it is an evaluation's or a prediction's batch") and fixes[1].startswith("To skip even that recompile"), fixes
+    # The same layer's own entry for the prediction (its own weight) is no other instance.
+    assert not any(c.facts.get("other_instance") for c in explanation.causes if c is not instance)
+    text = " ".join(cagtool_in_process("summary", str(record_run(script).path)).stdout.split())
+    assert "from 3 causes (#1, #3 and #4 in --explain; #2 follows from them): the compiled method's `self` is another Layer at step 12" in text, text

@@ -108,6 +108,27 @@ def test_a_break_dynamo_cannot_resume_after_is_counted_apart_and_gated(record_ru
             "(Dynamo could not resume after it") in " ".join(gate.stdout.split()), gate.stdout
 
 
+def test_a_compiled_function_dynamo_gave_up_on_whole_is_the_headlines_first_advice(record_run):
+    """tests/scripts/lstm_given_up.py (pytorch/examples' mnist_rnn with torch.compile): Dynamo gives
+    up on the whole forward at the LSTM and torch.compile compiles nothing. The headline said only
+    "(it compiles nothing itself: the aot mode ran it eagerly)" and had no advice: it names the
+    function Dynamo gave up on and says what to do, torch's hint with what following it does on CPU."""
+    from conftest import cagtool_in_process
+
+    run = record_run(str(Path(__file__).parent / "scripts" / "lstm_given_up.py"), modes="aot,ca")
+    assert run.returncode == 0, run.stderr
+    sites = mode_metrics(load_run(run.path).mode("aot")).graph_break_sites
+    text = " ".join(cagtool_in_process("compare", str(run.path)).stdout.split())
+    if not any(site.fell_back for site in sites):  # a torch that compiles the forward around the LSTM (the compat check)
+        assert "Dynamo gave up on the function" not in text and "Dynamo ran the function" not in text, text
+        return
+    assert ("compiled autograd: " in text and "the speed of the script without it (Dynamo gave up on the function holding "
+            "lstm_given_up.py:19: the aot mode ran it eagerly)") in text, text
+    assert ("what to do: torch.compile compiled nothing: Dynamo ran the function holding lstm_given_up.py:19 eagerly, whole "
+            "(Attempted to wrap RNN, GRU, or LSTM); torch's hint, to set torch._dynamo.config.allow_rnn=True") in text, text
+    assert "there, call the RNN outside the compiled function and compile the modules around it" in text, text
+
+
 def test_a_break_it_could_not_resume_after_at_a_site_it_also_resumed_at_is_said_at_that_site(tmp_path):
     """A tiny GPT-2 under HF Trainer (transformers 5.25): its logger call at modeling_utils.py:4824
     broke the graph in five compiles and, in two more, Dynamo could not resume after it. One place,

@@ -26,10 +26,12 @@ from cagtool.report.text.words import and_words
 from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, ISOLATE_WORKDIR_FIX, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 from cagtool.report.figures.pooled import base_mode
-from cagtool.report.known_failures import SPARSE_IN_CA_GRAPH, sparse_in_ca_graph
+from cagtool.report.known_failures import SPARSE_IN_CA_GRAPH, hint_caveat, sparse_in_ca_graph
+from cagtool.torch_text import hint_advice
 
 if TYPE_CHECKING:
-    from cagtool.report.figures.metrics import ModeMetrics
+    from cagtool.report.figures.metrics import GraphBreakSite, ModeMetrics
+    from cagtool.report.figures.pooled import ModeColumn
     from cagtool.report.findings import SkippedCompile
     from cagtool.report.recompiles.explain import Cause, Explanation
 
@@ -50,16 +52,19 @@ class Headline:
 
 
 def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_nothing: bool = False,
-                  skipped: "SkippedCompile | None" = None) -> tuple[str, str]:
+                  skipped: "SkippedCompile | None" = None, gave_up: "GraphBreakSite | None" = None) -> tuple[str, str]:
     """The time verdict with its status: what it rests on, and never a figure beyond what the
     evidence supports (a ratio from one process per mode is a figure, not a verdict).
     `trained_otherwise`: one of the two modes' numerics differ (skipped work, other gradients):
     it is not faster at the same job, so the figure goes without a verdict. `aot_compiled_nothing`:
     the script calls no torch.compile, so its aot mode ran it eagerly: named so, not torch.compile;
-    `skipped`: or it called module.compile(), which compiled nothing (report.findings)."""
+    `skipped`: or it called module.compile(), which compiled nothing (report.findings); `gave_up`:
+    or Dynamo gave up on the compiled function whole at this graph break (an RNN in it)."""
     mode, base = _MODE_WORDS.get(s.mode, s.mode), _MODE_WORDS.get(s.baseline, s.baseline)
     if aot_compiled_nothing and s.baseline == "aot":
-        itself = f"its {skipped.call} compiled nothing" if skipped is not None else "it compiles nothing itself"
+        itself = (f"its {skipped.call} compiled nothing" if skipped is not None
+                  else f"Dynamo gave up on the function holding {_site_place(gave_up)}" if gave_up is not None
+                  else "it compiles nothing itself")
         base = f"the script without it ({itself}: the aot mode ran it eagerly)"
     if s.ratio is None:
         return f"{mode} vs {base}: not timed ({s.note or 'no steady steps'})", NEUTRAL
@@ -709,6 +714,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         phrases.append(f"compiled autograd was off for {ca_metrics.backward_calls_outside_ca} of the ca mode's "
                        f"{ca_metrics.backward_calls} backward calls (inside torch.func's transforms, or after torch._dynamo.reset())")
         tones.append(NEUTRAL)
+    gave_up = None  # the graph break at which Dynamo ran the aot mode's compiled function eagerly, whole
     if speed is not None and {speed.mode, speed.baseline} & idle_modes:
         speed = None  # a mode of it trained nothing (said above): no figure, no "not timed"
     if speed is not None:
@@ -719,8 +725,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         # ... where it ran the job: a mode that trained no step compiled nothing for want of a forward
         aot_nothing = (aot is not None and aot.metrics is not None and aot.metrics.forward_graphs == 0 and aot.metrics.backward_graphs == 0
                        and (aot.metrics.steps > 0 or aot.metrics.backward_calls > 0))
+        gave_up = _gave_up(aot) if aot_nothing and skipped is None else None
         text, tone = _speed_phrase(speed, trained_otherwise=bool(differ & {speed.mode, speed.baseline}), aot_compiled_nothing=aot_nothing,
-                                  skipped=skipped[0] if skipped is not None else None)
+                                  skipped=skipped[0] if skipped is not None else None, gave_up=gave_up)
         phrases.append(text)
         tones.append(tone)
     if numerics.reference is not None and len(comparison.modes) > 1:
@@ -877,14 +884,44 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         first = ISOLATE_WORKDIR_FIX
     if first is not None:
         advice, details = (f"{first}; then {advice}", details) if advice else (first, "summary")
+    from cagtool.report.recompiles.explain import NOTHING_TO_FIX
+
+    if gave_up is not None and (not advice or advice.startswith(NOTHING_TO_FIX)):  # nothing compiled: that first
+        advice, details = _gave_up_fix(gave_up), "summary"
     if skipped is not None:  # before anything else: the module was never compiled
         fix = f"compile it: {skipped[0].fix}"
-        from cagtool.report.recompiles.explain import NOTHING_TO_FIX
 
         if not advice or advice.startswith(NOTHING_TO_FIX):  # "then Nothing to fix: ..." is no next step
             return Headline("; ".join(phrases) + ".", tone, fix, details="summary")
         advice = f"{fix}; then {advice}"
     return Headline("; ".join(phrases) + ".", tone, advice, details=details)
+
+
+def _gave_up(aot: "ModeColumn | None") -> "GraphBreakSite | None":
+    """The graph break at which Dynamo gave up on a compiled function whole and ran it eagerly
+    ("Skipping the function and falling back to eager": an RNN in a compiled forward), of an aot
+    mode that compiled nothing; None otherwise."""
+    metrics = aot.metrics if aot is not None else None
+    return next((site for site in metrics.graph_break_sites if site.fell_back), None) if metrics is not None else None
+
+
+def _site_place(site: "GraphBreakSite") -> str:
+    from cagtool.report.figures.metrics import place_words
+
+    return place_words(((site.file, site.line),))
+
+
+def _gave_up_fix(site: "GraphBreakSite") -> str:
+    """What to do where torch.compile compiled nothing for the break at `site`: torch's hint, and
+    what cagtool found of following it (report.known_failures)."""
+    hint = hint_advice(site.hints)
+    caveat = hint_caveat(hint) if hint is not None else None
+    hint = hint[:1].lower() + hint[1:] if hint is not None else None  # inside a sentence: `set torch._dynamo...`
+    said = (f"torch's hint, to {hint.rstrip('.')}: {caveat}" if hint is not None and caveat is not None
+            else f"torch's hint: {hint}" if hint is not None
+            else "move what Dynamo cannot trace out of the compiled function and compile the code around it")
+    return (f"torch.compile compiled nothing: Dynamo ran the function holding {_site_place(site)} eagerly, whole "
+            f"({site.gb_type or site.reason}); {said}")
 
 
 def _skipped_compile(comparison: Comparison) -> "tuple[SkippedCompile, list[str]] | None":

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from cagtool.report.compare.grad_parity import (
+    DIFFERS,
     MISSING,
     SCALE,
     SIGN,
@@ -62,6 +63,20 @@ def test_scale_is_named_with_its_factor_and_the_first_step():
     assert (mismatch.name, mismatch.kind) == ("fc2.weight", SCALE)
     assert mismatch.ratio == pytest.approx(2.0)
     assert "scaled by 2" in mismatch.describe()
+
+
+def test_a_factor_indistinguishable_from_one_is_a_difference_not_a_scaling():
+    """pytorch/examples' time_sequence_prediction (float64 LSTM cells, LBFGS) on Inductor: after two
+    steps every gradient differs from eager's by ~2e-6 relative, beyond float64's tolerance, and
+    each read "scaled by 1": a difference, shown with its ratio's telling digits."""
+    base = {name: [x * 1e-3 for x in values] for name, values in grads(3, {"lstm.weight": 64}).items()}
+    off = {name: [x * (1 + 2e-6) for x in values] for name, values in base.items()}
+    pair = compare_digests("aot", "eager", {2: {n: digest(v, "float64") for n, v in off.items()}},
+                           {2: {n: digest(v, "float64") for n, v in base.items()}}, GradTolerance())
+    [mismatch] = pair.first_bad
+    assert mismatch.kind == DIFFERS, mismatch
+    said = mismatch.describe()
+    assert "scaled by" not in said and said.endswith("norm ratio 1.000002)"), said
 
 
 def test_sign_flip_keeps_every_norm_but_not_the_checksum():

@@ -573,7 +573,7 @@ def _kind(got: Digest, ref: Digest, atol: float, rtol: float) -> str:
     ratio = g / r
     # A factor that close() cannot tell from 1 is no scaling: a float64 job's round-off beyond its
     # tight tolerance read "scaled by 1" (pytorch/examples' time_sequence_prediction on Inductor).
-    if not close(ratio, 1.0) and close(got.max_abs, ratio * ref.max_abs) and close(got.checksum, ratio * ref.checksum):  # type: ignore[arg-type, operator]
+    if abs(ratio - 1) > max(rtol, 1e-3) and close(got.max_abs, ratio * ref.max_abs) and close(got.checksum, ratio * ref.checksum):  # type: ignore[arg-type, operator]
         return SCALE
     return DIFFERS
 

@@ -454,6 +454,10 @@ class NumericsDiff:
     # A ca mode on Inductor whose losses left round-off growing, not at a jump, too soon for drift:
     # the first step beyond it (the note says how to rule Inductor's rounding out).
     parts_growing_from: int | None = None
+    # ca's losses against aot's that part at a jump after too few steps agreeing for the rule to
+    # call it a change, where their gradients agree at step 0: that step, not told apart yet (the
+    # note says how).
+    undecided_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -938,6 +942,35 @@ def _compilers_rounding(diff: NumericsDiff, sample: NumericsSample, aot: Numeric
         f"To compare like with like, record with --backend {like}, the same script and arguments"))
 
 
+def _too_soon_to_tell(diff: NumericsDiff, sample: NumericsSample, aot: NumericsSample, tol: Tolerance, check: Any) -> NumericsDiff:
+    """ca's losses against aot's that agreed to round-off for a few steps (two or more, fewer than
+    DRIFT_STEPS) and parted at a jump (compare/drift.py), where their gradients were digested at
+    step 0 and agree there: the jump rule's bound is calibrated on jobs that train, and a job whose
+    losses diverge amplifies round-off faster (pytorch/examples' imagenet, resnet18 on random labels
+    at lr 0.1: ca's Inductor-compiled CA graph against aot's Inductor-compiled backward, 1e-7 at
+    step 1, 136x that at step 2, 3e-2 by step 7, the gradients equal at step 0). Said undecided,
+    with how to tell, not "compiled autograd computes otherwise"."""
+    from cagtool.report.compare.drift import DRIFT_STEPS, JUMP
+
+    if diff.quantity != LOSS or diff.agrees or diff.note or diff.parts_growing_from is not None or check is None:
+        return diff
+    if check.not_comparable or not check.steps or check.steps[0] != FIRST_STEP or FIRST_STEP in check.bad_steps:
+        return diff
+    drift = loss_drift(sample.losses, aot.losses, tol.rtol, tol.atol)
+    if not drift.jumped or not 2 <= drift.tight_steps < DRIFT_STEPS or drift.jump is None:
+        return diff
+    later = [step for step in check.steps if step < drift.jumped_at]
+    digested = (f"at step {FIRST_STEP}, the only step digested before they parted" if later == [FIRST_STEP] else
+                f"at every step digested before they parted ({', '.join(map(str, later))})")
+    return replace(diff, undecided_at=drift.jumped_at, note=(
+        f"{sample.record}'s losses agree with {aot.record}'s to {drift.tight_worst:.0e} for the first {drift.tight_steps} steps, "
+        f"then part at step {drift.jumped_at} ({drift.jump:,.0f}x the difference before it, past the {JUMP:g}x the rule reads as "
+        f"a change), and its gradients agree with {aot.record}'s {digested}: too few steps agreeing to tell a change compiled "
+        "autograd made from round-off of the two Inductor-compiled backwards amplified by a job that diverges fast. To tell, "
+        "record it with cagtool run --parity-every 1 (every step's gradients digested in every mode): the first step whose "
+        f"gradients differ from {aot.record}'s, and by how much, says which"))
+
+
 def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:
     """Where each record's loss (and final norms) was not a finite number, grouped: "loss is NaN
     from step 2 in eager, aot and ca" (every later step too), "loss is NaN at step 3 in eager, aot
@@ -1000,17 +1033,18 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
     """The modes' losses and final norms against the reference; `parity` (grad_parity.GradParity):
     the gradient checks that tell drift from a disagreement (compare/drift.py)."""
     samples = [numerics_sample(name, record) for name, record in run.modes.items()]
-    gradients = None
+    gradients, against_checks = None, None
     if parity is not None:
         # A multi-rank mode's numerics are its first rank's: its check is that rank's.
         pairs = [p for p in parity.pairs if not p.across_ranks]
         gradients = {p.record.split(" ")[0]: p for p in reversed(pairs)}
+        against_checks = {p.record.split(" ")[0]: p for p in reversed(parity.against_aot) if not p.across_ranks}
     written = {name: w for name, w in (run.meta.written_before or {}).items() if name in run.modes}
     options = run.meta.options or {}
     unseeded = "seed" in options and options.get("seed") is None  # --seed off (an imported run says nothing)
     reads = {name: found for name, record in run.modes.items() if name in written and (found := workdir_reads(record)) is not None}
     set_aside = {name: w for name, w in (run.meta.set_aside or {}).items() if name in run.modes}
-    return replace(modes_numerics(samples, tol, gradients, written, compilers_differ(run)), unseeded=unseeded, reads=reads,
+    return replace(modes_numerics(samples, tol, gradients, written, compilers_differ(run), against_checks), unseeded=unseeded, reads=reads,
                    set_aside=set_aside)
 
 
@@ -1039,9 +1073,11 @@ def workdir_reads(record: ModeRecord) -> frozenset[str] | None:
 
 
 def modes_numerics(samples: list[NumericsSample], tol: Tolerance, gradients: dict[str, Any] | None = None,
-                   written: dict[str, WrittenFiles] | None = None, compilers: tuple[str, str] = ()) -> Numerics:
+                   written: dict[str, WrittenFiles] | None = None, compilers: tuple[str, str] = (),
+                   against_checks: dict[str, Any] | None = None) -> Numerics:
     """run_numerics on the modes' samples; `written`: record -> the files earlier modes wrote before it
-    started (RunMeta.written_before)."""
+    started (RunMeta.written_before); `against_checks`: ca record -> its gradient check against aot
+    (grad_parity.GradParity.against_aot)."""
     reference = _pick_reference(samples)
     shared = tuple(s.record for s in samples if s.params_shared)
     if shared and reference is not None:
@@ -1058,6 +1094,7 @@ def modes_numerics(samples: list[NumericsSample], tol: Tolerance, gradients: dic
         if against.diffs and not against.inputs_differ:
             by_record = {s.record: s for s in cas}
             diffs = tuple(_compilers_rounding(d, by_record[d.record], aot, compilers) for d in against.diffs) if compilers else against.diffs
+            diffs = tuple(_too_soon_to_tell(d, by_record[d.record], aot, tol, (against_checks or {}).get(d.record)) for d in diffs)
             numerics = replace(numerics, against_aot=diffs, compilers=compilers)
             # A ca mode that agrees with aot computed what aot did: how to tell Inductor's rounding
             # of its CA graphs from compiled autograd (_inductor_rounding_hint) is answered.

@@ -744,7 +744,12 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             # Where the losses jumped apart from round-off: the step the change came at.
             jumps = [d for d in numerics.disagreements if d.jumped_at is not None]
             growing = [d for d in numerics.disagreements if d.parts_growing_from is not None]
-            if jumps:
+            undecided = [d for d in numerics.against_aot if d.undecided_at is not None]
+            if undecided and all(d.agrees or d.undecided_at is not None or d.quantity != "loss" for d in numerics.against_aot):
+                phrases.append(f"numerics DISAGREE (the losses of {undecided[0].record} part from {undecided[0].reference}'s at step "
+                               f"{undecided[0].undecided_at} after too few steps to tell compiled autograd from amplified round-off, "
+                               "its gradients agreeing before: `cagtool compare` says how to tell)")
+            elif jumps:
                 phrases.append(f"numerics DISAGREE (the losses of {jumps[0].record} jump apart at step {jumps[0].jumped_at})")
             elif growing:
                 phrases.append(f"numerics DISAGREE (the losses of {growing[0].record} part growing from step "

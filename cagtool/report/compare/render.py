@@ -412,11 +412,17 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                               f"nothing beyond the compiled program's difference from {numerics.reference}", False))
             else:
                 # Losses that part growing from round-off, not at a jump, do not yet say which computes otherwise.
-                growing = all(d.parts_growing_from is not None for d in apart if d.quantity == LOSS) and any(d.quantity == LOSS for d in apart)
+                losses = [d for d in apart if d.quantity == LOSS]
+                growing = bool(losses) and all(d.parts_growing_from is not None for d in losses)
+                undecided = bool(losses) and all(d.parts_growing_from is not None or d.undecided_at is not None for d in losses)
                 lines.append((f"Numerics DISAGREE between {and_words([d.record for d in apart])} and {aot} ({alike}, "
                               f"{tolerance}): " + ("the losses part growing, not at a jump: round-off amplified by training "
                                                    "or compiled autograd computing otherwise, not told apart yet (the note below):"
-                                                   if growing else "compiled autograd computes otherwise:"), True))
+                                                   if growing else
+                                                   "the losses part at a jump after too few steps agreeing, with the gradients "
+                                                   "agreeing before it: compiled autograd computing otherwise or round-off "
+                                                   "amplified by a job that diverges, not told apart yet (the note below):"
+                                                   if undecided else "compiled autograd computes otherwise:"), True))
                 for d in apart:
                     lines.append((diff_line(d), True))
                 lines.extend((f"  note: {d.note}", False) for d in apart if d.note)

@@ -942,6 +942,12 @@ def _compilers_rounding(diff: NumericsDiff, sample: NumericsSample, aot: Numeric
         f"To compare like with like, record with --backend {like}, the same script and arguments"))
 
 
+# A gradient difference at most this many times its tolerance, before the losses part, is taken
+# as round-off's size (imagenet's resnet18 above: 1.7x at step 1); one a hook or a wrong node
+# changes is expected to differ by more, or in kind (a scale, a zero, a sign).
+NEAR_TOLERANCE = 4.0
+
+
 def _too_soon_to_tell(diff: NumericsDiff, sample: NumericsSample, aot: NumericsSample, tol: Tolerance, check: Any) -> NumericsDiff:
     """ca's losses against aot's that agreed to round-off for a few steps (two or more, fewer than
     DRIFT_STEPS) and parted at a jump (compare/drift.py), where their gradients were digested at
@@ -951,6 +957,7 @@ def _too_soon_to_tell(diff: NumericsDiff, sample: NumericsSample, aot: NumericsS
     step 1, 136x that at step 2, 3e-2 by step 7, the gradients equal at step 0). Said undecided,
     with how to tell, not "compiled autograd computes otherwise"."""
     from cagtool.report.compare.drift import DRIFT_STEPS, JUMP
+    from cagtool.report.compare.grad_parity import DIFFERS
 
     if diff.quantity != LOSS or diff.agrees or diff.note or diff.parts_growing_from is not None or check is None:
         return diff
@@ -959,16 +966,28 @@ def _too_soon_to_tell(diff: NumericsDiff, sample: NumericsSample, aot: NumericsS
     drift = loss_drift(sample.losses, aot.losses, tol.rtol, tol.atol)
     if not drift.jumped or not 2 <= drift.tight_steps < DRIFT_STEPS or drift.jump is None:
         return diff
-    later = [step for step in check.steps if step < drift.jumped_at]
-    digested = (f"at step {FIRST_STEP}, the only step digested before they parted" if later == [FIRST_STEP] else
-                f"at every step digested before they parted ({', '.join(map(str, later))})")
+    before = [step for step in check.steps if step < drift.jumped_at]
+    every = before == list(range(FIRST_STEP, drift.jumped_at))
+    if not [step for step in check.bad_steps if step < drift.jumped_at]:
+        digested = (f"agree with {aot.record}'s at step {FIRST_STEP}, the only step digested before they parted" if before == [FIRST_STEP]
+                    else f"agree with {aot.record}'s at every step digested before they parted ({', '.join(map(str, before))})")
+    elif all(m.kind == DIFFERS and m.excess <= NEAR_TOLERANCE for m in check.first_bad):
+        # Differences near the tolerance before the losses part: round-off's size; a gradient a
+        # hook or a wrong node changes differs by far more from the step it starts, or in kind.
+        worst = max(m.excess for m in check.first_bad)
+        digested = (f"agree with {aot.record}'s at step {FIRST_STEP} and first differ at step {check.first_bad_step}, in "
+                    f"{len(check.first_bad)} of {check.params} parameters by at most {worst:.2g}x the tolerance: round-off's size, "
+                    "not a changed gradient's (one a hook or a wrong node changes differs by far more from the step it starts, "
+                    "or in kind: a scale, a zero, a sign)")
+    else:
+        return diff
+    tell = ("" if every else " To tell, record it with cagtool run --parity-every 1 (every step's gradients digested in every "
+            f"mode): the first step whose gradients differ from {aot.record}'s, and by how much, says which.")
     return replace(diff, undecided_at=drift.jumped_at, note=(
         f"{sample.record}'s losses agree with {aot.record}'s to {drift.tight_worst:.0e} for the first {drift.tight_steps} steps, "
         f"then part at step {drift.jumped_at} ({drift.jump:,.0f}x the difference before it, past the {JUMP:g}x the rule reads as "
-        f"a change), and its gradients agree with {aot.record}'s {digested}: too few steps agreeing to tell a change compiled "
-        "autograd made from round-off of the two Inductor-compiled backwards amplified by a job that diverges fast. To tell, "
-        "record it with cagtool run --parity-every 1 (every step's gradients digested in every mode): the first step whose "
-        f"gradients differ from {aot.record}'s, and by how much, says which"))
+        f"a change), and its gradients {digested}: too few steps agreeing to tell a change compiled autograd made from "
+        f"round-off of the two Inductor-compiled backwards amplified by a job that diverges fast.{tell}").rstrip("."))
 
 
 def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:

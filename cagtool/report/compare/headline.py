@@ -748,7 +748,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             if undecided and all(d.agrees or d.undecided_at is not None or d.quantity != "loss" for d in numerics.against_aot):
                 phrases.append(f"numerics DISAGREE (the losses of {undecided[0].record} part from {undecided[0].reference}'s at step "
                                f"{undecided[0].undecided_at} after too few steps to tell compiled autograd from amplified round-off, "
-                               "its gradients agreeing before: `cagtool compare` says how to tell)")
+                               "its gradients within round-off before: `cagtool compare` says why)")
             elif jumps:
                 phrases.append(f"numerics DISAGREE (the losses of {jumps[0].record} jump apart at step {jumps[0].jumped_at})")
             elif growing:

@@ -420,7 +420,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                                                    "or compiled autograd computing otherwise, not told apart yet (the note below):"
                                                    if growing else
                                                    "the losses part at a jump after too few steps agreeing, with the gradients "
-                                                   "agreeing before it: compiled autograd computing otherwise or round-off "
+                                                   "within round-off before it: compiled autograd computing otherwise or round-off "
                                                    "amplified by a job that diverges, not told apart yet (the note below):"
                                                    if undecided else "compiled autograd computes otherwise:"), True))
                 for d in apart:

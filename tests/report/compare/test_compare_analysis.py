@@ -406,8 +406,20 @@ def test_ca_parting_from_aot_at_a_jump_too_soon_with_equal_step_0_gradients_is_u
                                 "aot's at step 0, the only step digested before they parted"), loss.note
     text = " ".join(line for line, _ in numerics_lines(numerics))
     assert "compiled autograd computes otherwise:" not in text and "record it with cagtool run --parity-every 1" in text, text
-    assert "the losses part at a jump after too few steps agreeing, with the gradients agreeing before it" in text, text
-    for against in (None, {"ca": SimpleNamespace(not_comparable="", steps=(0, 7), bad_steps=(0, 7), across_ranks=False)}):
+    assert "the losses part at a jump after too few steps agreeing, with the gradients within round-off before it" in text, text
+    # Digested at every step (--parity-every 1): step 1 differs near the tolerance, round-off's size.
+    near = SimpleNamespace(kind="differs", excess=1.7)
+    every = SimpleNamespace(not_comparable="", steps=tuple(range(8)), bad_steps=tuple(range(1, 8)), across_ranks=False,
+                            first_bad_step=1, first_bad=(near,), params=62)
+    [loss] = [d for d in modes_numerics(samples, Tolerance(), against_checks={"ca": every}).against_aot if d.quantity == "loss"]
+    assert loss.undecided_at == 2 and ("its gradients agree with aot's at step 0 and first differ at step 1, in 1 of 62 parameters "
+                                       "by at most 1.7x the tolerance: round-off's size") in loss.note, loss.note
+    assert "--parity-every" not in loss.note
+    # ... one that differs by far more, or in kind, before the losses part; none at step 0; one that differs there.
+    far = SimpleNamespace(**{**vars(every), "first_bad": (SimpleNamespace(kind="differs", excess=40.0),)})
+    scaled = SimpleNamespace(**{**vars(every), "first_bad": (SimpleNamespace(kind="scale", excess=1.5),)})
+    for against in (None, {"ca": far}, {"ca": scaled},
+                    {"ca": SimpleNamespace(not_comparable="", steps=(0, 7), bad_steps=(0, 7), across_ranks=False)}):
         said = " ".join(line for line, _ in numerics_lines(modes_numerics(samples, Tolerance(), against_checks=against)))
         assert "compiled autograd computes otherwise:" in said and "--parity-every 1" not in said, said
 

@@ -895,7 +895,6 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         advice, details = _gave_up_fix(gave_up), "summary"
     if skipped is not None:  # before anything else: the module was never compiled
         fix = f"compile it: {skipped[0].fix}"
-
         if not advice or advice.startswith(NOTHING_TO_FIX):  # "then Nothing to fix: ..." is no next step
             return Headline("; ".join(phrases) + ".", tone, fix, details="summary")
         advice = f"{fix}; then {advice}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable
 
 from cagtool.report.text.words import and_words
-from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, ISOLATE_WORKDIR_FIX, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words
+from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOSS, ISOLATE_WORKDIR_FIX, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 from cagtool.report.figures.pooled import base_mode
 from cagtool.report.known_failures import SPARSE_IN_CA_GRAPH, hint_caveat, sparse_in_ca_graph
@@ -745,7 +745,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             jumps = [d for d in numerics.disagreements if d.jumped_at is not None]
             growing = [d for d in numerics.disagreements if d.parts_growing_from is not None]
             undecided = [d for d in numerics.against_aot if d.undecided_at is not None]
-            if undecided and all(d.agrees or d.undecided_at is not None or d.quantity != "loss" for d in numerics.against_aot):
+            if undecided and all(d.agrees or d.undecided_at is not None or d.quantity != LOSS for d in numerics.against_aot):
                 phrases.append(f"numerics DISAGREE (the losses of {undecided[0].record} part from {undecided[0].reference}'s at step "
                                f"{undecided[0].undecided_at} after too few steps to tell compiled autograd from amplified round-off, "
                                "its gradients within round-off before: `cagtool compare` says why)")

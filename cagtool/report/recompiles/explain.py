@@ -56,6 +56,7 @@ from cagtool.torch_text import (
     GUARD_TYPE,
     GUARD_VALUE,
     ca_id_of,
+    compile_attempt,
     compile_frame,
     item_break,
     equals_guard,
@@ -2585,39 +2586,33 @@ def _instance_words(facts: dict[str, Any]) -> tuple[str, str]:
     """Of a cause whose method was called on another instance (`other_instance`): its class, and
     "0/0 a Layer(ReLU) with weight [500, 784], then 0/1 a Layer(ReLU) with weight [500, 500]"."""
     found = facts["other_instance"]
-    return found[-1][1].split("(")[0].split(" ")[0], ", then ".join(f"{cid} a {module}" for cid, module in found)
+    return found[-1][1], ", then ".join(f"{cid} a {module}" for cid, _, module in found)
 
 
-def _compile_order(compile_id: str) -> tuple[int, ...]:
-    """`0/10` after `0/2`: a compile id's numbers."""
-    return tuple(int(part) if part.isdigit() else 0 for part in compile_id.lstrip("!").split("/"))
-
-
-def _other_instance(table: RecompileTable, cause: Cause) -> list[tuple[str, str]]:
+def _other_instance(table: RecompileTable, cause: Cause) -> list[tuple[str, str, str]]:
     """Where each recompile of the cause is of a compiled method (`self` its first parameter) whose
-    `self` has parameters of other sizes than the `self` of every cache entry it failed (the guard
-    trees say both): (compile id, module with the first parameter that differs), the failed
-    entries then the recompile, in compile order; [] otherwise. Dynamo keeps parameters' sizes
-    static, so such a call compiles for the instance whatever guard torch names first (the input
-    that goes with those weights), and no input marked dynamic removes it."""
-    shown: dict[str, str] = {}
+    `self` is of the class of every cache entry it failed, with parameters of other sizes (the
+    guard trees say both): (compile id, class, module with the first parameter that differs), the
+    failed entries then the recompile, in compile order; [] otherwise. Dynamo keeps parameters'
+    sizes static, so such a call compiles for the instance whatever guard torch names first (the
+    input that goes with those weights), and no input marked dynamic removes it."""
+    shown: dict[str, tuple[str, str, str]] = {}
     for row in cause.rows:
         module = table.self_modules.get(row.compile_id)
-        failed = [cid for m in row.messages if (cid := reason_compile_id(m.strip().splitlines()[0]))]
-        entries = [table.self_modules.get(cid) for cid in failed]
-        if not module or not failed or not all(entries):
+        failed = sorted({cid for m in row.messages if (cid := reason_compile_id(m.strip().splitlines()[0]))},
+                        key=lambda cid: compile_attempt(cid) or 0)
+        entries = [table.self_modules.get(cid) or () for cid in failed]
+        if not module or not failed:
             return []
         sizes = _parameter_sizes(module)
-        differing = []
-        for entry in entries:
-            theirs = _parameter_sizes(entry)  # type: ignore[arg-type]
-            name = next((n for n, size in sizes.items() if theirs.get(n) not in (None, size)), None)
-            if name is None or entry[0] != module[0]:  # type: ignore[index]
-                return []
-            differing.append(name)
-        for cid in (*sorted(set(failed), key=_compile_order), row.compile_id):
-            shown[cid] = module_text(table.self_modules[cid], differing[0])
-    return sorted(shown.items(), key=lambda item: _compile_order(item[0]))
+        differs = lambda entry: any(_parameter_sizes(entry).get(n) not in (None, size) for n, size in sizes.items())  # noqa: E731
+        if not all(entry and entry[0] == module[0] and differs(entry) for entry in entries):
+            return []
+        theirs = _parameter_sizes(entries[0])
+        name = next(n for n, size in sizes.items() if theirs.get(n) not in (None, size))
+        for cid in (*failed, row.compile_id):
+            shown[cid] = (cid, module[0], module_text(table.self_modules[cid], name))
+    return sorted(shown.values(), key=lambda found: compile_attempt(found[0]) or 0)
 
 
 # What torch.compile wraps in its module wrapper besides a torch.nn module: a function of torch's

@@ -403,14 +403,32 @@ def test_stdin_file_rewound_per_mode(tmp_path):
     assert len(lines) == 2 and len(set(lines)) == 1 and lines[0].startswith("LINES 3 "), from_file.stdout
 
 
+# An Inductor cache as torch lays it out (inductor_machine.py): an ISA check's source and library,
+# and a kernel's.
+_JOB_CACHE = {
+    "ab/cabcheck.cpp": 'extern "C" void __avx_chk_kernel() {}\n',
+    "ab/cabcheck.so": "not a library: never loaded by these tests\n",
+    "cd/ccdkernel.main.cpp": 'extern "C" void kernel() {}\n',
+    "cd/ccdkernel.main.so": "a kernel\n",
+}
+
+
 def _record_silent_stdin_run(base: Path) -> list:
     """An unseeded two-mode script (it never reads stdin) run with --keep-cache and an open pipe on
     stdin that never sends anything (`docker run -i` in CI): the run is shared by the tests below,
-    each of which reads what it is about (the same processes, several claims)."""
+    each of which reads what it is about (the same processes, several claims). The job's own
+    Inductor cache holds an ISA check, a kernel and a link, in the layout torch writes them."""
+    job_cache = base / "job-cache"
+    for name, text in _JOB_CACHE.items():
+        (job_cache / name).parent.mkdir(parents=True, exist_ok=True)
+        (job_cache / name).write_text(text)
+    (job_cache / "ln").mkdir()
+    (job_cache / "ln" / "clinked.cpp").symlink_to(job_cache / "ab" / "cabcheck.cpp")
+    (job_cache / "ln" / "clinked.so").symlink_to(job_cache / "ab" / "cabcheck.so")
     with open(base / "stdout", "w") as out, open(base / "stderr", "w") as err:
         silent = subprocess.Popen(
             cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--keep-cache", "-o", str(base / "r"), str(SCRIPTS / "unseeded_training.py")),
-            stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=ROOT, env=ENV,
+            stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=ROOT, env={**ENV, "TORCHINDUCTOR_CACHE_DIR": str(job_cache)},
         )
         try:
             code = silent.wait(timeout=300)  # stdin is still open while we wait: communicate() would close it
@@ -443,6 +461,21 @@ def test_keep_cache_keeps_inductor_caches_under_the_run(silent_stdin_run):
     assert code == 0, stderr
     assert (run / "inductor-cache").is_dir()
     assert json.loads((run / "run.json").read_text())["options"]["keep_cache"] is True
+
+
+@pytest.mark.slow
+def test_each_modes_fresh_inductor_cache_starts_with_the_isa_checks_the_jobs_cache_holds(silent_stdin_run):
+    """inductor_machine.py: a plain job finds Inductor's ISA checks in its own cache after its first
+    run; each mode's fresh cache gets a copy of them (not a link), and nothing else of the job's
+    cache: neither its kernels nor a link."""
+    run, code, stderr = silent_stdin_run
+    assert code == 0, stderr
+    for mode in ("eager", "ca"):
+        cache = run / "inductor-cache" / mode
+        files = sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file() or p.is_symlink())
+        assert files == ["ab/cabcheck.cpp", "ab/cabcheck.so"], files
+        assert not any((cache / f).is_symlink() for f in files)
+        assert (cache / "ab" / "cabcheck.cpp").read_text() == _JOB_CACHE["ab/cabcheck.cpp"]
 
 
 def test_empty_output_option_is_refused(tmp_path):

@@ -1340,7 +1340,7 @@ def test_inductor_keeps_its_precompiled_headers_where_cagtool_looks_and_builds_t
     under TORCHINDUCTOR_CACHE_DIR, and its switch is on unless the environment says otherwise."""
     from torch._inductor import codecache, config as inductor_config
 
-    from cagtool.capture.run.inductor_headers import HEADER_SUFFIXES, headers_dir
+    from cagtool.capture.run.inductor_machine import HEADER_SUFFIXES, headers_dir
 
     assert headers_dir() == codecache._HEADER_DIR
     assert "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS" in inspect.getsource(inductor_config)
@@ -1352,6 +1352,37 @@ def test_inductor_keeps_its_precompiled_headers_where_cagtool_looks_and_builds_t
 
     assert 'extension = ".pch" if _IS_WINDOWS or not is_gcc() else ".gch"' in inspect.getsource(cpp_builder)
     assert set(HEADER_SUFFIXES) == {".gch", ".pch"}
+
+
+_ISA_CHECKS_ONLY = "from torch._inductor import cpu_vec_isa; print(len(cpu_vec_isa.valid_vec_isa_list()))"
+_ONE_KERNEL = "import torch; print(torch.compile(lambda x: (x.sin() + 1).relu())(torch.ones(8)).sum().item())"
+
+
+def test_inductor_compiles_its_isa_checks_into_its_cache_and_skips_each_one_it_finds_there(tmp_path):
+    """docs/torch-internals.md, "Inductor's ISA checks": they go into TORCHINDUCTOR_CACHE_DIR as
+    `<2 chars>/<key>.cpp` defining a `..._chk_kernel` and its `.so`, keyed by their content, so a
+    fresh cache holding copies of them (inductor_machine.seed_isa_checks) compiles none of them
+    again, and a real compile there asks for no other."""
+    from torch._inductor import cpu_vec_isa
+
+    from cagtool.capture.run.inductor_machine import isa_checks, seed_isa_checks
+
+    assert "if not os.path.isfile(output_path):" in inspect.getsource(cpu_vec_isa.VecISA.check_build)
+    first, second = tmp_path / "first", tmp_path / "second"
+    checked = subprocess.run([sys.executable, "-c", _ISA_CHECKS_ONLY], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(first)})
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    checks = isa_checks(str(first))
+    assert checks and all((first / cpp).read_text().count("_chk_kernel") for cpp, _ in checks), sorted(first.rglob("*"))
+    assert seed_isa_checks(str(first), checks, str(second)) == len(checks)
+    for _, library in checks:
+        os.utime(second / library, (0, 0))
+    compiled = subprocess.run([sys.executable, "-c", _ONE_KERNEL], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(second)})
+    assert compiled.returncode == 0 and compiled.stdout.strip() == str(float(torch.relu(torch.ones(8).sin() + 1).sum())), compiled.stderr[-2000:]
+    assert sorted(isa_checks(str(second))) == sorted(checks)
+    assert [os.stat(second / library).st_mtime for _, library in checks] == [0] * len(checks)
+    assert any(second.rglob("*.main.so")) or any(second.rglob("*.py")), sorted(second.rglob("*"))  # the kernel was compiled there
 
 
 _COMPILE_WITH_DYNAMO_OFF = """

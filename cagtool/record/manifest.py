@@ -197,7 +197,7 @@ class RunMeta(Struct):
     # With --isolate-workdir: mode name -> the files it created there, moved into <run>/workdir/<mode>/.
     set_aside: dict[str, WrittenFiles] = field(default_factory=dict)
     # The modes during which Inductor's precompiled C++ headers were built (capture/run/
-    # inductor_headers.py): their compile time includes that one-time cost, the later modes' not.
+    # inductor_machine.py): their compile time includes that one-time cost, the later modes' not.
     built_headers: list[str] = field(default_factory=list)
 
 

@@ -26,7 +26,7 @@ from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, ad
 from cagtool.capture.run.status import restore_terminal
 from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.run.target import Target, module_file
-from cagtool.capture.run.inductor_headers import header_files
+from cagtool.capture.run.inductor_machine import header_files, isa_checks, job_cache_dir, seed_isa_checks
 from cagtool.capture.run.workdir import SET_ASIDE_DIR, list_workdir, set_aside, written_record, written_since
 from cagtool.record.writer import write_json_atomic, write_run_meta
 from cagtool.record.manifest import RunMeta, WrittenFiles
@@ -175,6 +175,8 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
     write_run_meta(run_dir, meta)
     outcome = RunOutcome(path=run_dir)
     cache_root = _cache_root(options, run_dir)
+    job_cache = job_cache_dir(dict(os.environ))
+    checks = isa_checks(job_cache) if cache_root is not None else []
     names = mode_dirs(options)
     stdin_feed = StdinFeed(len(names))
     adopt_orphans()
@@ -182,6 +184,8 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
     def start_process(index: int) -> _ModeProcess:
         name = names[index - 1]
         label = f"{name} ({index}/{len(names)})" if len(names) > 1 else name
+        if cache_root is not None and checks:
+            seed_isa_checks(job_cache, checks, str(cache_root / name))
         return _start_mode_process(options, run_dir, name, cache_root, label, stdin_feed)
 
     ready: _ModeProcess | None = None  # the next mode's process, started while the last one exits
@@ -372,9 +376,9 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
     spec_path = mode_dir / "spec.json"
     env = dict(os.environ)
     if cache_root is not None:
-        # A fresh Inductor cache per mode, so compile times compare like with like. Inductor's
-        # precompiled headers are not in it: torch keeps them past every job, the plain job's too,
-        # and they are left as the job has them (inductor_headers.py).
+        # A fresh Inductor cache per mode, so compile times compare like with like. What torch keeps
+        # per machine is as the job has it: the precompiled headers are not in it, and it starts
+        # with the ISA checks the job's own cache holds (inductor_machine.py).
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / name)
         if not options.keep_cache:
             spec.temp_cache_dir = env["TORCHINDUCTOR_CACHE_DIR"]  # removed by the mode process if cagtool dies first

@@ -529,7 +529,7 @@ def excluded_line(comparison: Comparison) -> str | None:
 
 
 def headers_words(built: Sequence[str]) -> str:
-    """The modes that built Inductor's precompiled headers (capture/run/inductor_headers.py)."""
+    """The modes that built Inductor's precompiled headers (capture/run/inductor_machine.py)."""
     return (f"{' and '.join(built)} built Inductor's precompiled C++ headers, which torch keeps for every later job on this machine "
             f"(<tmp>/torchinductor_<user>/precompiled_headers): {'its' if len(built) == 1 else 'their'} compile time includes "
             "that one-time cost, which the plain job pays once too; the modes after it reused them")

@@ -125,8 +125,8 @@ def _source_of(name: str) -> str:
 
 
 def _dynamo_sources(cause: Cause) -> list[str]:
-    if cause.facts.get("other_instance"):
-        return []  # another instance's parameters: no input made dynamic answers it (explain.py)
+    if cause.facts.get("other_instance") or cause.facts.get("other_module_by_guards"):
+        return []  # another instance's parameters, another module's first call: no input made dynamic answers it (explain.py)
     sources = []
     for _compile_id, guard in cause.facts.get("failures", ()):
         # A name torch wrote is printable: one with a control character is a record's forgery, and

@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 from conftest import cli_in_process
+from cagtool.record.loader import load_run
+from cagtool.report.recompiles.explain import explain
+from cagtool.report.recompiles.table import recompile_table
 from cagtool.torch_text import guarded_names
+from cagtool.verify.fixes import fixes_for
 
 SHAPES = str(Path(__file__).parents[2] / "scripts" / "step_shapes.py")
 
@@ -317,6 +321,11 @@ def test_two_compiled_modules_alike_but_for_their_widths_are_named_as_another_mo
     said = " ".join(cause["why"] + cause["fix"])
     assert "0/0 a Sequential(Linear, ReLU, Linear) with 0.weight [16, 4], then 0/1 a Sequential(Linear, ReLU, Linear) with 0.weight [16, 8]" in said
     assert "mark the dimension dynamic" not in said and cause["fix"][0].startswith("Nothing to fix")
+    # --verify offers no input to make dynamic for it either (the size guard names G's input).
+    explanation = explain(recompile_table(load_run(run.path).modes["ca"]))
+    (number,) = [c.number for c in explanation.causes if c.facts.get("other_module_by_guards")]
+    assert not [f for f in fixes_for(explanation, pgo_suggestion="TORCH_COMPILE_DYNAMIC_SOURCES=\"L['args'][0]\"")
+                if number in f.causes and f.name in ("dynamic-sources", "torch-pgo")]
 
 
 @pytest.mark.slow

@@ -425,6 +425,9 @@ def _record_silent_stdin_run(base: Path) -> list:
     (job_cache / "ln").mkdir()
     (job_cache / "ln" / "clinked.cpp").symlink_to(job_cache / "ab" / "cabcheck.cpp")
     (job_cache / "ln" / "clinked.so").symlink_to(job_cache / "ab" / "cabcheck.so")
+    (job_cache / "ef").mkdir()
+    (job_cache / "ef" / "cefcheck.cpp").write_text(_JOB_CACHE["ab/cabcheck.cpp"])
+    (job_cache / "ef" / "cefcheck.so").symlink_to("/etc/passwd")  # a check's library planted as a link: not read
     with open(base / "stdout", "w") as out, open(base / "stderr", "w") as err:
         silent = subprocess.Popen(
             cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--keep-cache", "-o", str(base / "r"), str(SCRIPTS / "unseeded_training.py")),
@@ -467,7 +470,7 @@ def test_keep_cache_keeps_inductor_caches_under_the_run(silent_stdin_run):
 def test_each_modes_fresh_inductor_cache_starts_with_the_isa_checks_the_jobs_cache_holds(silent_stdin_run):
     """inductor_machine.py: a plain job finds Inductor's ISA checks in its own cache after its first
     run; each mode's fresh cache gets a copy of them (not a link), and nothing else of the job's
-    cache: neither its kernels nor a link."""
+    cache: neither its kernels, nor a link, nor a check whose library is a link."""
     run, code, stderr = silent_stdin_run
     assert code == 0, stderr
     for mode in ("eager", "ca"):

@@ -19,13 +19,14 @@ its compile time. So each mode's fresh cache starts with the checks the job's ca
 (`isa_checks`, `seed_isa_checks`): the kernels and graphs stay the mode's own, compiled cold, and
 where the job's cache holds none, every mode pays the checks alike, as the plain job's first run does.
 """
+
 from __future__ import annotations
 
 import contextlib
 import getpass
 import os
 import re
-import shutil
+import stat
 import tempfile
 
 HEADER_SUFFIXES = (".gch", ".pch")  # what gcc / clang write for each precompiled header (cpp_builder.py)
@@ -66,6 +67,7 @@ def header_files(folder: str | None = None) -> frozenset[str]:
 
 ISA_CHECK_MARK = b"_chk_kernel"  # each ISA check's C++ defines one (`__avx_chk_kernel`, `__amx_chk_kernel`, ...)
 ISA_CHECK_MAX_BYTES = 4096  # a check's source is a few hundred bytes; a kernel's is larger
+ISA_LIBRARY_MAX_BYTES = 1 << 20  # its library ~20 KB
 
 
 def job_cache_dir(env: dict[str, str]) -> str:
@@ -73,11 +75,12 @@ def job_cache_dir(env: dict[str, str]) -> str:
     return os.path.abspath(env.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir())
 
 
-def isa_checks(cache: str) -> list[tuple[str, str]]:
-    """The ISA checks `cache` holds, each a (source, library) pair of paths relative to it: a
-    `<2 chars>/<key>.cpp` that defines a `..._chk_kernel`, with its `<key>.so` beside it. A link, a
-    larger file or an unreadable one is not a check; at most MAX_ENTRIES files are looked at."""
-    found: list[tuple[str, str]] = []
+def isa_checks(cache: str) -> list[tuple[str, bytes, str, bytes, int]]:
+    """The ISA checks `cache` holds, each (source path, its bytes, library path, its bytes, the
+    library's mode), the paths relative to `cache`: a `<2 chars>/<key>.cpp` of at most
+    ISA_CHECK_MAX_BYTES that defines a `..._chk_kernel`, with its `<key>.so` beside it, both regular
+    files (a link is not followed). At most MAX_ENTRIES files are looked at."""
+    found: list[tuple[str, bytes, str, bytes, int]] = []
     seen = 0
     try:
         with os.scandir(cache) as subdirs:
@@ -89,34 +92,55 @@ def isa_checks(cache: str) -> list[tuple[str, str]]:
                         seen += 1
                         if seen > MAX_ENTRIES:
                             return found
-                        stem, dot, ext = entry.name.partition(".")
+                        stem, _, ext = entry.name.partition(".")
                         if ext != "cpp" or not entry.is_file(follow_symlinks=False):
                             continue
-                        library = os.path.join(subdir.path, stem + ".so")
-                        if entry.stat(follow_symlinks=False).st_size > ISA_CHECK_MAX_BYTES or os.path.islink(library) or not os.path.isfile(library):
+                        source = _read_regular(entry.path, ISA_CHECK_MAX_BYTES)
+                        if source is None or ISA_CHECK_MARK not in source[0]:
                             continue
-                        with open(entry.path, "rb") as source:
-                            if ISA_CHECK_MARK not in source.read(ISA_CHECK_MAX_BYTES):
-                                continue
-                        found.append((os.path.join(subdir.name, entry.name), os.path.join(subdir.name, stem + ".so")))
+                        library = _read_regular(os.path.join(subdir.path, stem + ".so"), ISA_LIBRARY_MAX_BYTES)
+                        if library is not None:
+                            found.append((os.path.join(subdir.name, entry.name), source[0], os.path.join(subdir.name, stem + ".so"), *library))
     except OSError:
         pass
     return found
 
 
-def seed_isa_checks(source: str, checks: list[tuple[str, str]], dest: str) -> int:
-    """Copies `checks` (isa_checks of `source`) into the fresh cache `dest`, each where torch looks
-    for it; the number copied. A check that cannot be copied is left for the mode to compile, as
-    torch does with a missing one."""
-    copied = 0
-    for pair in checks:
+def _read_regular(path: str, limit: int) -> tuple[bytes, int] | None:
+    """The bytes of the regular file `path` and its permission bits, read not through a link and
+    never blocking on a FIFO; None where it is not one, is larger than `limit` or cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return (data, stat.S_IMODE(info.st_mode)) if len(data) <= limit else None
+
+
+def seed_isa_checks(checks: list[tuple[str, bytes, str, bytes, int]], dest: str) -> int:
+    """Writes `checks` (isa_checks of the job's cache) into the fresh cache `dest`, each where torch
+    looks for it; the number written. A check that cannot be written is left for the mode to
+    compile, as torch does with a missing one."""
+    written = 0
+    for source, code, library, data, mode in checks:
         try:
-            for relative in pair:
-                os.makedirs(os.path.join(dest, os.path.dirname(relative)), exist_ok=True)
-                shutil.copy2(os.path.join(source, relative), os.path.join(dest, relative), follow_symlinks=False)
-            copied += 1
+            os.makedirs(os.path.join(dest, os.path.dirname(source)), exist_ok=True)
+            with open(os.path.join(dest, source), "xb") as handle:
+                handle.write(code)
+            with open(os.open(os.path.join(dest, library), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as handle:
+                handle.write(data)
+            written += 1
         except OSError:
-            for relative in pair:
+            for relative in (source, library):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(dest, relative))
-    return copied
+    return written

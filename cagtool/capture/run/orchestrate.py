@@ -175,8 +175,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
     write_run_meta(run_dir, meta)
     outcome = RunOutcome(path=run_dir)
     cache_root = _cache_root(options, run_dir)
-    job_cache = job_cache_dir(dict(os.environ))
-    checks = isa_checks(job_cache) if cache_root is not None else []
+    checks = isa_checks(job_cache_dir(dict(os.environ))) if cache_root is not None else []
     names = mode_dirs(options)
     stdin_feed = StdinFeed(len(names))
     adopt_orphans()
@@ -185,7 +184,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
         name = names[index - 1]
         label = f"{name} ({index}/{len(names)})" if len(names) > 1 else name
         if cache_root is not None and checks:
-            seed_isa_checks(job_cache, checks, str(cache_root / name))
+            seed_isa_checks(checks, str(cache_root / name))
         return _start_mode_process(options, run_dir, name, cache_root, label, stdin_feed)
 
     ready: _ModeProcess | None = None  # the next mode's process, started while the last one exits

@@ -137,7 +137,7 @@ SLOWEST: dict[str, float] = {
     "tests/report/gate/test_gate_copies.py": 65.0,  # 7 processes of one mode
     "tests/report/gate/test_gate_one_run_a_side.py": 50.0,
     "tests/test_steps.py::test_steps_stops_a_compiled_optimizer_step_where_eager_stops": 40.0,
-    "tests/test_reliability.py::test_an_inductor_run_leaves_only_torchs_precompiled_headers_in_the_temporary_directory": 35.0,
+    "tests/test_reliability.py::test_an_inductor_run_leaves_only_what_the_plain_job_keeps_per_machine_in_the_temporary_directory": 35.0,
     "tests/test_verify_confined.py::test_a_module_in_the_working_directory_is_never_run_as_cagtool": 35.0,
     "tests/test_verify_ddp.py::test_a_ddp_jobs_fix_is_measured_on_rank_0_with_exact_counts": 33.0,
     "tests/report/recompiles/test_ordinary_scripts.py::test_a_padded_length_names_every_input_it_ties_and_dynamic_sources_remove_it": 31.0,

@@ -362,15 +362,19 @@ def test_stdin_is_given_to_every_mode_and_caches_are_removed(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_inductor_run_leaves_only_torchs_precompiled_headers_in_the_temporary_directory(tmp_path):
+def test_an_inductor_run_leaves_only_what_the_plain_job_keeps_per_machine_in_the_temporary_directory(tmp_path):
     """The Inductor backend (the default) on a real training step, in a temporary directory of its
-    own: the per-mode caches are removed, and what is left is what the plain job leaves, torch's
-    precompiled C++ headers (<tmp>/torchinductor_<user>/precompiled_headers, outside the per-mode
-    cache: built once per machine, reused by every later job). cagtool no longer switches them off
-    (that made the compiles ~45 % slower than the plain job's); the mode that built them is recorded."""
+    own, torch's default Inductor cache there: the per-mode caches are removed, and what is left is
+    what the plain job keeps past itself per machine (inductor_machine.py): torch's precompiled C++
+    headers (<tmp>/torchinductor_<user>/precompiled_headers, outside the per-mode cache), and in the
+    job's own cache the ISA checks the mode compiled, whole, for the next run's modes and the plain
+    job to find. cagtool no longer switches the headers off (that made the compiles ~45 % slower than
+    the plain job's); the mode that built them is recorded."""
+    from cagtool.capture.run.inductor_machine import isa_checks
+
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    env = {key: value for key, value in ENV.items() if key != "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"}
+    env = {key: value for key, value in ENV.items() if key not in ("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "TORCHINDUCTOR_CACHE_DIR")}
     proc = subprocess.run(
         cagtool_cmd("run", "--modes", "ca", "--no-report", "-o", str(tmp_path / "r"), str(ROOT / "sample_scripts" / "linear_train_step.py")),
         capture_output=True, text=True, cwd=ROOT, env={**env, "TMPDIR": str(tmpdir)}, timeout=600,
@@ -378,10 +382,13 @@ def test_an_inductor_run_leaves_only_torchs_precompiled_headers_in_the_temporary
     assert proc.returncode == 0, proc.stderr[-3000:]
     ca = load_run(tmp_path / "r").mode("ca")
     assert ca.manifest.backend == "inductor" and mode_metrics(ca).ca_graphs >= 1
-    left = {p.relative_to(tmpdir).parts[:2] for p in tmpdir.rglob("*") if p.is_file()}
-    headers = (f"torchinductor_{getpass.getuser()}", "precompiled_headers")  # torch's default_cache_dir under TMPDIR
-    assert left == {headers}, left
-    assert any(p.suffix == ".gch" for p in (tmpdir / Path(*headers)).iterdir())
+    job_cache = tmpdir / f"torchinductor_{getpass.getuser()}"  # torch's default_cache_dir under TMPDIR
+    checks = isa_checks(str(job_cache))
+    kept = {str(job_cache / path) for source, _, library, _, _ in checks for path in (source, library)}
+    assert checks and all(data.startswith(b"\x7fELF") for *_, data, _ in checks)
+    left = {p for p in tmpdir.rglob("*") if p.is_file() and not p.is_relative_to(job_cache / "precompiled_headers")}
+    assert {str(p) for p in left} == kept, sorted(left)
+    assert any(p.suffix == ".gch" for p in (job_cache / "precompiled_headers").iterdir())
     assert load_run(tmp_path / "r").meta.built_headers == ["ca"]
     code, text, _ = cagtool("compare", str(tmp_path / "r"), env={"CI": "true", "COLUMNS": "400"})
     assert code == 0 and "ca built Inductor's precompiled C++ headers" in " ".join(text.split())
@@ -1376,3 +1383,30 @@ def test_a_hook_added_on_accumulategrad_is_not_the_grad_warmup(tmp_path):
     assert code == 1 and "CA recompiles 1 > 0 allowed" in out
     code, out, _ = cagtool("recompiles", str(run), "--explain")
     assert "warm-up" not in out and "A backward hook was added or removed" in out
+
+
+def test_keep_isa_checks_leaves_a_truncated_library_and_a_file_there_as_they_are(tmp_path):
+    """inductor_machine.keep_isa_checks: of the checks a mode compiled, the job's cache gets the
+    whole ones it lacks; a library cut short (its ELF section table past its end: a compile killed
+    while linking) is not kept, a check the job's cache has is not written over, and no temporary
+    file is left."""
+    import _json
+
+    from cagtool.capture.run.inductor_machine import isa_checks, keep_isa_checks
+
+    library = Path(_json.__file__).read_bytes()  # a real ELF shared library
+    code = b'extern "C" void __avx_chk_kernel() {}\n'
+    mode, job = tmp_path / "mode", tmp_path / "job"
+    for key, data in (("whole", library), ("cut", library[: len(library) // 2]), ("there", library)):
+        (mode / key[:2]).mkdir(parents=True)
+        (mode / key[:2] / f"c{key}.cpp").write_bytes(code)
+        (mode / key[:2] / f"c{key}.so").write_bytes(data)
+    (job / "th").mkdir(parents=True)
+    (job / "th" / "cthere.cpp").write_bytes(code)
+    (job / "th" / "cthere.so").write_bytes(b"\x7fELF torch's own")
+    assert keep_isa_checks(str(mode), str(job)) == 1
+    assert (job / "wh" / "cwhole.so").read_bytes() == library and (job / "wh" / "cwhole.cpp").read_bytes() == code
+    assert not (job / "cu").exists() or not any((job / "cu").iterdir())
+    assert (job / "th" / "cthere.so").read_bytes() == b"\x7fELF torch's own"
+    assert sorted(p.name for p in job.rglob("*") if p.is_file()) == ["cthere.cpp", "cthere.so", "cwhole.cpp", "cwhole.so"]
+    assert {source for source, *_ in isa_checks(str(job))} == {"th/cthere.cpp", "wh/cwhole.cpp"}

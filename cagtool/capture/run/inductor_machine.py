@@ -15,9 +15,10 @@ it may use (torch/_inductor/cpu_vec_isa.py `VecISA.check_build`: 10 g++ runs and
 on this machine, ~7 s) into TORCHINDUCTOR_CACHE_DIR, under a key of the code, the compiler's version,
 the ISA's flags and torch's version, and skips each compile whose .so is there. The plain job finds
 them in its own cache after its first run; a mode given an empty cache would pay them again inside
-its compile time. So each mode's fresh cache starts with the checks the job's cache holds
-(`isa_checks`, `seed_isa_checks`): the kernels and graphs stay the mode's own, compiled cold, and
-where the job's cache holds none, every mode pays the checks alike, as the plain job's first run does.
+its compile time. So each mode's fresh cache starts with the checks the job's cache held when the
+run began (`isa_checks`, `seed_isa_checks`): the kernels and graphs stay the mode's own, compiled
+cold, and where the job's cache held none, every mode of the run pays the checks alike, and those a
+mode compiled are left in the job's cache as the plain job's first run leaves them (`keep_isa_checks`).
 """
 
 from __future__ import annotations
@@ -144,3 +145,49 @@ def seed_isa_checks(checks: list[tuple[str, bytes, str, bytes, int]], dest: str)
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(dest, relative))
     return written
+
+
+def keep_isa_checks(mode_cache: str, job_cache: str) -> int:
+    """Writes the ISA checks a mode compiled in its fresh cache that the job's own cache lacks into
+    the job's cache, as the plain job's first run there would have left them (and as the modes leave
+    torch's precompiled headers): so the next run's modes, and the plain job, find them. Only a
+    library whose ELF section table is whole (a compile cut short leaves a truncated one, which
+    torch would take as built and then find unloadable: the ISA off for every later job); each file
+    is written under a temporary name and linked into place, never over one there. The number kept."""
+    have = {source for source, *_ in isa_checks(job_cache)}
+    kept = 0
+    for source, code, library, data, mode in isa_checks(mode_cache):
+        if source in have or not _whole_elf(data):
+            continue
+        try:
+            os.makedirs(os.path.join(job_cache, os.path.dirname(source)), exist_ok=True)
+            _place(os.path.join(job_cache, source), code, 0o644)
+            _place(os.path.join(job_cache, library), data, mode)
+            kept += 1
+        except OSError:
+            continue  # the job's cache is not writable, or a file is there: torch compiles what is missing
+    return kept
+
+
+def _whole_elf(data: bytes) -> bool:
+    """A 64-bit little-endian ELF file whose section header table, which the linker writes last,
+    ends within it."""
+    if len(data) < 64 or data[:6] != b"\x7fELF\x02\x01":
+        return False
+    section_table = int.from_bytes(data[0x28:0x30], "little")
+    entry_size, entries = int.from_bytes(data[0x3A:0x3C], "little"), int.from_bytes(data[0x3C:0x3E], "little")
+    return 0 < section_table and section_table + entry_size * entries <= len(data)
+
+
+def _place(path: str, data: bytes, mode: int) -> None:
+    """`data` at `path`, whole or not at all: written under a temporary name beside it, then linked
+    to `path` (FileExistsError where a file is there already: left as it is)."""
+    temporary = f"{path}.cagtool-{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.link(temporary, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)

@@ -26,7 +26,7 @@ from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, ad
 from cagtool.capture.run.status import restore_terminal
 from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.run.target import Target, module_file
-from cagtool.capture.run.inductor_machine import header_files, isa_checks, job_cache_dir, seed_isa_checks
+from cagtool.capture.run.inductor_machine import header_files, isa_checks, job_cache_dir, keep_isa_checks, seed_isa_checks
 from cagtool.capture.run.workdir import SET_ASIDE_DIR, list_workdir, set_aside, written_record, written_since
 from cagtool.record.writer import write_json_atomic, write_run_meta
 from cagtool.record.manifest import RunMeta, WrittenFiles
@@ -175,7 +175,10 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
     write_run_meta(run_dir, meta)
     outcome = RunOutcome(path=run_dir)
     cache_root = _cache_root(options, run_dir)
-    checks = isa_checks(job_cache_dir(dict(os.environ))) if cache_root is not None else []
+    # Every mode starts with the checks the job's cache held when the run began, whatever an
+    # earlier mode of this run left there: the modes pay alike.
+    job_cache = job_cache_dir(dict(os.environ))
+    checks = isa_checks(job_cache) if cache_root is not None else []
     names = mode_dirs(options)
     stdin_feed = StdinFeed(len(names))
     adopt_orphans()
@@ -229,6 +232,8 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
                     result = _run_mode(current, supervisor, on_started, start_next)
                     if header_files() - headers:  # it built Inductor's precompiled headers: a one-time cost
                         meta.built_headers.append(name)
+                    if cache_root is not None and not result.stopped:
+                        keep_isa_checks(str(cache_root / name), job_cache)
                     outcome.outcomes.append(result)
                     if result.stopped:
                         if ready is not None:  # not a process the job left behind: ours, not yet begun

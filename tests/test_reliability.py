@@ -1387,9 +1387,9 @@ def test_a_hook_added_on_accumulategrad_is_not_the_grad_warmup(tmp_path):
 
 def test_keep_isa_checks_leaves_a_truncated_library_and_a_file_there_as_they_are(tmp_path):
     """inductor_machine.keep_isa_checks: of the checks a mode compiled, the job's cache gets the
-    whole ones it lacks; a library cut short (its ELF section table past its end: a compile killed
-    while linking) is not kept, a check the job's cache has is not written over, and no temporary
-    file is left."""
+    whole ones it lacks (beside a source torch wrote there before a compile that never finished); a
+    library cut short (its ELF section table past its end: a compile killed while linking) is not
+    kept, a check the job's cache has is not written over, and no temporary file is left."""
     import _json
 
     from cagtool.capture.run.inductor_machine import isa_checks, keep_isa_checks
@@ -1404,6 +1404,8 @@ def test_keep_isa_checks_leaves_a_truncated_library_and_a_file_there_as_they_are
     (job / "th").mkdir(parents=True)
     (job / "th" / "cthere.cpp").write_bytes(code)
     (job / "th" / "cthere.so").write_bytes(b"\x7fELF torch's own")
+    (job / "wh").mkdir()
+    (job / "wh" / "cwhole.cpp").write_bytes(code)  # a source torch wrote, its compile never finished
     assert keep_isa_checks(str(mode), str(job)) == 1
     assert (job / "wh" / "cwhole.so").read_bytes() == library and (job / "wh" / "cwhole.cpp").read_bytes() == code
     assert not (job / "cu").exists() or not any((job / "cu").iterdir())

@@ -161,11 +161,12 @@ def keep_isa_checks(mode_cache: str, job_cache: str) -> int:
             continue
         try:
             os.makedirs(os.path.join(job_cache, os.path.dirname(source)), exist_ok=True)
-            _place(os.path.join(job_cache, source), code, 0o644)
+            with contextlib.suppress(FileExistsError):  # torch writes the source before it compiles
+                _place(os.path.join(job_cache, source), code, 0o644)
             _place(os.path.join(job_cache, library), data, mode)
             kept += 1
         except OSError:
-            continue  # the job's cache is not writable, or a file is there: torch compiles what is missing
+            continue  # the job's cache is not writable, or the library is there: left as it is
     return kept
 
 

@@ -1060,6 +1060,43 @@ def test_random_ops_that_part_the_losses_after_a_first_step_that_agrees_are_not_
     assert {d.record for d in plain.disagreements} == {"aot", "ca"} and plain.random_ops == {} and plain.parted_at == {}
 
 
+def test_random_ops_alike_in_aot_and_ca_from_the_first_step_are_said_in_one_line():
+    """tests/scripts/dropout_train.py on Inductor, modes eager,aot,ca: aot's and ca's first-step
+    losses both differ from eager's (their dropout draws from Inductor's generator), for the same
+    ops: one line names both, with their losses, where each had its own line saying the same; ops
+    that differ keep a line each."""
+    from types import SimpleNamespace
+
+    from cagtool.report.compare.analysis import NumericsSample, modes_numerics
+    from cagtool.report.compare.grad_parity import RANDOM_OPS_WORDS
+
+    def why(record: str, ops: str = "dropout, inductor_seeds") -> str:
+        return (f"{RANDOM_OPS_WORDS}({ops}) in {record}'s compiled graphs draw other numbers than eager; rerun with "
+                "cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients")
+
+    eager = NumericsSample("eager", {0: 0.5975, 1: 0.58, 2: 0.57}, 12.35, 0.0525, True)
+    aot = NumericsSample("aot", {0: 0.6686, 1: 0.61, 2: 0.60}, 12.30, 0.0438, True)
+    ca = NumericsSample("ca", {0: 0.6686, 1: 0.61, 2: 0.60}, 12.30, 0.0438, True)
+    gradients = {r: SimpleNamespace(not_comparable=why(r)) for r in ("aot", "ca")}
+    numerics = modes_numerics([eager, aot, ca], Tolerance(), gradients)
+    assert numerics.inputs_differ == ["aot", "ca"] and set(numerics.first_losses) == {"aot", "ca"}
+    lines = [text for text, _ in numerics_lines(numerics)]
+    said = [line for line in lines if line.startswith("Numerics: not comparable")]
+    assert said == ["Numerics: not comparable: aot's and ca's first-step losses already differ from eager's (0.6686 in each vs "
+                    "0.5975): random ops (dropout, inductor_seeds) in aot's and ca's compiled graphs draw other numbers than "
+                    "eager, so their numerics say nothing about compiled autograd; rerun with cagtool run --parity "
+                    "(torch._inductor.config.fallback_random) to compare them"], lines
+    # Other first losses are each quoted; other ops are each said.
+    ca_other = NumericsSample("ca", {0: 0.6601, 1: 0.61, 2: 0.60}, 12.30, 0.0438, True)
+    lines = [text for text, _ in numerics_lines(modes_numerics([eager, aot, ca_other], Tolerance(), gradients))]
+    assert any(line.startswith("Numerics: not comparable: aot's and ca's first-step losses already differ from eager's "
+                               "(aot 0.6686, ca 0.6601 vs 0.5975)") for line in lines), lines
+    gradients["ca"] = SimpleNamespace(not_comparable=why("ca", "dropout, inductor_seeds, inductor_random"))
+    lines = [text for text, _ in numerics_lines(modes_numerics([eager, aot, ca], Tolerance(), gradients))]
+    said = [line for line in lines if line.startswith("Numerics: not comparable")]
+    assert [line.split(" first-step")[0] for line in said] == ["Numerics: not comparable: aot's", "Numerics: not comparable: ca's"], lines
+
+
 def test_a_first_step_that_parts_in_its_backward_is_said_so_not_unseeded():
     """An HF Trainer job, gradient checkpointing, torch_compile_backend="eager", 2 micro-batches a
     step: the first backward's losses agree in every mode, the step's loss (its last backward's)

@@ -29,6 +29,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Mapping
 
 HEADER_SUFFIXES = (".gch", ".pch")  # what gcc / clang write for each precompiled header (cpp_builder.py)
 MAX_ENTRIES = 10_000  # a directory of more is not listed further
@@ -71,7 +72,7 @@ ISA_CHECK_MAX_BYTES = 4096  # a check's source is a few hundred bytes; a kernel'
 ISA_LIBRARY_MAX_BYTES = 1 << 20  # its library ~20 KB
 
 
-def job_cache_dir(env: dict[str, str]) -> str:
+def job_cache_dir(env: Mapping[str, str]) -> str:
     """The Inductor cache the job itself would use (runtime/cache_dir_utils.py `cache_dir`)."""
     return os.path.abspath(env.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir())
 

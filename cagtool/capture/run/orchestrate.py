@@ -177,7 +177,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
     cache_root = _cache_root(options, run_dir)
     # Every mode starts with the checks the job's cache held when the run began, whatever an
     # earlier mode of this run left there: the modes pay alike.
-    job_cache = job_cache_dir(dict(os.environ))
+    job_cache = job_cache_dir(os.environ)
     checks = isa_checks(job_cache) if cache_root is not None else []
     names = mode_dirs(options)
     stdin_feed = StdinFeed(len(names))

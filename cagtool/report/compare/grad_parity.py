@@ -753,11 +753,17 @@ def _inductor_compiled(record: ModeRecord) -> bool:
 RANDOM_OPS_WORDS = "random ops "
 
 
+def random_ops_owners(names: list[str]) -> str:
+    """The words of a random-ops reason that name the records whose compiled graphs drew them."""
+    owners = and_words(f"{name}'s" for name in names)
+    return f" in {owners} compiled graphs "
+
+
 def _random_ops_reason(names: list[str], ops: list[str]) -> str:
     """Why gradients are not comparable where random ops drew other numbers in these records'
     compiled graphs (each named once, and the first four ops)."""
-    ops, owners = list(dict.fromkeys(ops)), and_words(f"{name}'s" for name in names)
-    return (f"{RANDOM_OPS_WORDS}({', '.join(ops[:4])}) in {owners} compiled graphs "
+    ops = list(dict.fromkeys(ops))
+    return (f"{RANDOM_OPS_WORDS}({', '.join(ops[:4])}){random_ops_owners(names)}"
             "draw other numbers than eager; rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients")
 
 

@@ -38,6 +38,7 @@ from cagtool.report.compare.analysis import (
     format_rel,
     mode_fields,
 )
+from cagtool.report.compare.grad_parity import random_ops_owners
 from cagtool.report.compare.export import (
     comparison_csv,
     comparison_to_json,
@@ -300,17 +301,12 @@ _RANDOM_OPS_TAIL = (", so their numerics say nothing about compiled autograd; re
                     "(torch._inductor.config.fallback_random) to compare them")
 
 
-def _random_owner(record: str) -> str:
-    """Where a random-ops reason names the record whose compiled graphs drew (grad_parity.py)."""
-    return f" in {record}'s compiled graphs "
-
-
 def _random_first_steps(numerics: Numerics) -> list[str]:
     """The records whose first-step losses differ from the reference's for random ops alike (the
     same ops, the same reference loss), said in one line: two or more, else none."""
     drawn = [r for r in numerics.inputs_differ if r not in numerics.resumed and r in numerics.first_losses
-             and r not in numerics.first_backward_agrees and _random_owner(r) in numerics.random_ops.get(r, "")]
-    reasons = {numerics.random_ops[r].replace(_random_owner(r), " ") for r in drawn}
+             and r not in numerics.first_backward_agrees and random_ops_owners([r]) in numerics.random_ops.get(r, "")]
+    reasons = {numerics.random_ops[r].replace(random_ops_owners([r]), " ") for r in drawn}
     references = {numerics.first_losses[r][1] for r in drawn}
     return drawn if len(drawn) > 1 and len(reasons) == 1 and len(references) == 1 else []
 
@@ -382,11 +378,10 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
             reference_value = numerics.first_losses[drawn[0]][1]
             quoted = (f"{next(iter(values))!r} in each" if len(values) == 1 else
                       ", ".join(f"{r} {numerics.first_losses[r][0]!r}" for r in drawn))
+            reason = numerics.random_ops[drawn[0]].replace(random_ops_owners(drawn[:1]), random_ops_owners(drawn))
             owners = and_words(f"{r}'s" for r in drawn)
-            lines.append((f"Numerics: not comparable: {owners} first-step losses already differ from {numerics.reference}'s "
-                          f"({quoted} vs {reference_value!r}): "
-                          f"{numerics.random_ops[drawn[0]].replace(_random_owner(drawn[0]), f' in {owners} compiled graphs ')}"
-                          f"{_RANDOM_OPS_TAIL}", False))
+            lines.append((f"Numerics: not comparable: {owners} first-step losses already "
+                          f"differ from {numerics.reference}'s ({quoted} vs {reference_value!r}): {reason}{_RANDOM_OPS_TAIL}", False))
         for record in numerics.inputs_differ:
             if record in resumed or record in drawn:
                 continue

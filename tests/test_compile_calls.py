@@ -27,6 +27,7 @@ from cagtool.capture.observe.torch_logs import WRAPPER_FILE
 from cagtool.record.schema import (
     FINDING_COMPILED_MODULE_DROPPED,
     FINDING_COMPILED_MODULE_UNUSED,
+    FINDING_DYNAMO_DISABLED,
     FINDING_MODULE_COMPILE_SKIPPED,
     DynamoCompileEvent,
     FindingEvent,
@@ -235,6 +236,29 @@ def test_cagtool_run_of_the_fixed_script_says_nothing_of_it(tmp_path):
     assert "compiled nothing" not in proc.stderr and "compile it:" not in proc.stderr
     code, out, err = cli_in_process("summary", str(tmp_path / "run"), env={"COLUMNS": "300"})
     assert code == 0 and "finding:" not in out, err
+
+
+@pytest.mark.parametrize("switch", ["TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE"])
+def test_dynamo_switched_off_in_the_jobs_environment_is_said_as_what_compiled_nothing(tmp_path, switch):
+    """A user's TORCHDYNAMO_DISABLE=1 (or TORCH_COMPILE_DISABLE=1) turns Dynamo off in every mode:
+    the aot and ca modes compile nothing, and the headline said "it compiles nothing itself" of a
+    script that calls torch.compile. Now the setting is named, with what to do, and no other cause
+    of a compiled-nothing (a compiled module never called) is made up from it."""
+    script = ROOT / "sample_scripts" / "mlp_steps.py"
+    env = {**os.environ, "CI": "true", switch: "1"}
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "aot,ca", "--backend", "eager", "-o", str(tmp_path / "run"), str(script),
+                                      "--steps", "4"), cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "torch.compile(model" in text)
+    text = " ".join(proc.stderr.split())
+    assert (f"torch.compile (mlp_steps.py:{line}) compiled nothing: Dynamo was off ({switch}=1, in the job's environment), so "
+            "the compiled code ran eagerly in aot and ca;") in text, text
+    assert f"what to do: compile it: unset {switch} (the plain job with it set compiles nothing either)" in text, text
+    run = cagtool.load(tmp_path / "run")
+    for mode in ("aot", "ca"):
+        found = [f for f in run.mode(mode).of(FindingEvent) if f.code.startswith(("dynamo", "compiled_module", "module_compile"))]
+        assert [(f.code, f.detail["by"]) for f in found] == [(FINDING_DYNAMO_DISABLED, f"{switch}=1")], found
+        assert mode_metrics(run.mode(mode)).forward_graphs == 0
 
 
 def test_every_torch_compile_call_is_kept_with_its_line_dynamic_and_the_code_it_compiles(tmp_path):

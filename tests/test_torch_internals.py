@@ -1386,6 +1386,26 @@ def test_inductor_compiles_its_isa_checks_into_its_cache_and_skips_each_one_it_f
     assert any(second.rglob("*.main.so")) or any(second.rglob("*.py")), sorted(second.rglob("*"))  # the kernel was compiled there
 
 
+_DYNAMO_SWITCHES = """
+import torch
+from torch._dynamo.utils import counters
+m = torch.nn.Linear(2, 2)
+torch.compile(m, backend="eager")(torch.randn(1, 2)).sum().backward()
+print(torch._dynamo.config.disable, counters["frames"]["total"])
+"""
+
+
+@pytest.mark.parametrize("switch, disable", [("TORCHDYNAMO_DISABLE", "False"), ("TORCH_COMPILE_DISABLE", "True")])
+def test_either_switch_in_the_environment_turns_dynamo_off_and_only_one_sets_its_config(switch, disable):
+    """docs/torch-internals.md, "Dynamo switched off" (compile_calls._disabled_by): TORCHDYNAMO_DISABLE=1
+    is read by torch._dynamo.optimize at each torch.compile call and leaves config.disable False;
+    TORCH_COMPILE_DISABLE=1 sets config.disable at import. Either way nothing compiles."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE")}
+    proc = subprocess.run([sys.executable, "-c", _DYNAMO_SWITCHES], capture_output=True, text=True, timeout=300, env={**env, switch: "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [disable, "0"]
+
+
 _COMPILE_WITH_DYNAMO_OFF = """
 import torch
 from torch._dynamo.eval_frame import OptimizedModule

@@ -91,6 +91,11 @@ FINDING_COMPILED_MODULE_DROPPED = "compiled_module_dropped"
 # (compile_calls.py; detail: module, variable: the module's name on the line, kept_as: the compiled
 # module's, statement: the line's call).
 FINDING_COMPILED_MODULE_UNUSED = "compiled_module_never_called"
+# Dynamo off in a compiling mode (aot, ca) where the job called torch.compile: TORCHDYNAMO_DISABLE=1 or
+# TORCH_COMPILE_DISABLE=1 in the job's environment, or torch._dynamo.config.disable set by the job, so
+# every compile call ran eagerly, as in the plain job with that setting (compile_calls.py; detail:
+# by: what turned it off, calls: the compile calls seen).
+FINDING_DYNAMO_DISABLED = "dynamo_disabled"
 # A forward or backward hook registered on a module of a compiled module after its forward compiled,
 # and no compile of that forward after it: Dynamo does not guard on module hooks, so the compiled
 # forward never ran it (module_hooks.py; detail: method, module, path: its name in the compiled

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from cagtool.record.schema import (
     FINDING_COMPILED_MODULE_DROPPED,
     FINDING_COMPILED_MODULE_UNUSED,
+    FINDING_DYNAMO_DISABLED,
     FINDING_MODULE_COMPILE_SKIPPED,
     FINDING_THREAD_DIED,
     DynamoCompileEvent,
@@ -101,7 +102,7 @@ class SkippedCompile:
 
 
 # The findings of a compile call that compiled nothing (capture/observe/compile_calls.py).
-_COMPILED_NOTHING = (FINDING_MODULE_COMPILE_SKIPPED, FINDING_COMPILED_MODULE_DROPPED, FINDING_COMPILED_MODULE_UNUSED)
+_COMPILED_NOTHING = (FINDING_DYNAMO_DISABLED, FINDING_MODULE_COMPILE_SKIPPED, FINDING_COMPILED_MODULE_DROPPED, FINDING_COMPILED_MODULE_UNUSED)
 
 
 # torch.compile(DDP(module)) under DDP's C++ reducer (torch 2.13-2.15, gloo on CPU): Dynamo breaks
@@ -148,6 +149,13 @@ def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:
         detail = finding.detail
         name = detail.get("variable") if isinstance(detail.get("variable"), str) else "module"
         where = f"{os.path.basename(finding.source.file)}:{finding.source.line}" if finding.source is not None else ""
+        if finding.code == FINDING_DYNAMO_DISABLED:
+            by = str(detail.get("by") or "Dynamo's switch")
+            place, fix = ((f"in the job's environment", f"unset {by.split('=')[0]}") if by.endswith("=1")
+                          else ("by the job", "leave torch._dynamo.config.disable unset"))
+            found.append(SkippedCompile("torch.compile", safe_line(where), "the compiled code", safe_line(f"Dynamo was off ({by}, {place})"),
+                                        safe_line(f"{fix} (the plain job with it set compiles nothing either)")))
+            continue
         if finding.code == FINDING_MODULE_COMPILE_SKIPPED and isinstance(detail.get("via"), str) and detail["via"]:
             module = str(detail.get("module") or "?").rsplit(".", 1)[-1]
             found.append(SkippedCompile(safe_line(f"{module}.compile() by {detail['via']}"), safe_line(where), safe_line(f"the {module}"),

@@ -30,6 +30,7 @@ is counted by the handler, never raised into the job."""
 from __future__ import annotations
 
 import linecache
+import os
 import re
 import sys
 import weakref
@@ -42,6 +43,7 @@ from cagtool.torch_text import in_torch_optim
 from cagtool.record.schema import (
     FINDING_COMPILED_MODULE_DROPPED,
     FINDING_COMPILED_MODULE_UNUSED,
+    FINDING_DYNAMO_DISABLED,
     FINDING_MODULE_COMPILE_SKIPPED,
     FindingEvent,
     SourceRef,
@@ -151,10 +153,22 @@ def _frame_compiles(handler: "StructuredLogHandler") -> int:
 
 
 def _dynamo_disabled() -> bool:
-    """torch._dynamo.config.disable (TORCHDYNAMO_DISABLE; cagtool's eager mode): every compiled
-    call runs eagerly and compiles nothing, called or not."""
+    """Dynamo off: every compiled call runs eagerly and compiles nothing, called or not (cagtool's
+    eager mode sets both switches; docs/torch-internals.md, "Dynamo switched off")."""
+    return _disabled_by() is not None
+
+
+def _disabled_by() -> str | None:
+    """What turned Dynamo off: TORCHDYNAMO_DISABLE=1, which torch.compile reads at each call
+    (`torch._dynamo.optimize` returns a decorator that compiles nothing), or
+    torch._dynamo.config.disable (TORCH_COMPILE_DISABLE=1 sets it at import, a script may set it);
+    None where it is on."""
+    if os.environ.get("TORCHDYNAMO_DISABLE", "") == "1":
+        return "TORCHDYNAMO_DISABLE=1"
     config = sys.modules.get("torch._dynamo.config")
-    return bool(getattr(config, "disable", False))
+    if not getattr(config, "disable", False):
+        return None
+    return "TORCH_COMPILE_DISABLE=1" if os.environ.get("TORCH_COMPILE_DISABLE", "0") == "1" else "torch._dynamo.config.disable = True"
 
 
 def _job_code(code: tuple[str, int] | None) -> bool:
@@ -356,6 +370,17 @@ class CompileCalls:
         torch.compile calls go into the manifest (`compile_calls`)."""
         if self.calls:
             self.handler.writer.manifest.options["compile_calls"] = list(self.calls)
+        by = _disabled_by()
+        if by is not None and (self.calls or self.module_calls) and self.handler.writer.manifest.mode != "eager":
+            # The user's setting, not cagtool's (the eager mode's): nothing of the job compiled.
+            first = self.calls[0] if self.calls else None
+            where = (SourceRef(file=first["file"], line=first["line"], how="caller", via=first.get("via", "")) if first is not None and first["file"]
+                     else self.module_calls[0].source if self.module_calls else None)
+            place = "in the job's environment" if by.endswith("=1") else "by the job"
+            self._say(FINDING_DYNAMO_DISABLED,
+                      f"Dynamo was off ({by}, {place}): every torch.compile of the job compiled nothing and ran eagerly, as in the "
+                      f"plain job with the same setting; {'unset it' if by.endswith('=1') else 'leave it unset'} to compile",
+                      None, where, {"by": by, "calls": len(self.calls) + len(self.module_calls)})
         said: set[tuple[Any, ...]] = set()
         for call in self.module_calls:
             # Where Dynamo is off (the eager mode) nothing tells the rule's skip from a compile it

@@ -371,8 +371,9 @@ class CompileCalls:
         if self.calls:
             self.handler.writer.manifest.options["compile_calls"] = list(self.calls)
         by = _disabled_by()
-        if by is not None and (self.calls or self.module_calls) and self.handler.writer.manifest.mode != "eager":
-            # The user's setting, not cagtool's (the eager mode's): nothing of the job compiled.
+        if (by is not None and (self.calls or self.module_calls) and self.handler.writer.manifest.mode != "eager"
+                and not any(self.handler.code_compiles.values())):
+            # The user's setting, not cagtool's (the eager mode's), and no frame compiled before it was set.
             first = self.calls[0] if self.calls else None
             where = (SourceRef(file=first["file"], line=first["line"], how="caller", via=first.get("via", "")) if first is not None and first["file"]
                      else self.module_calls[0].source if self.module_calls else None)

@@ -384,8 +384,8 @@ def test_an_inductor_run_leaves_only_what_the_plain_job_keeps_per_machine_in_the
     assert ca.manifest.backend == "inductor" and mode_metrics(ca).ca_graphs >= 1
     job_cache = tmpdir / f"torchinductor_{getpass.getuser()}"  # torch's default_cache_dir under TMPDIR
     checks = isa_checks(str(job_cache))
-    kept = {str(job_cache / path) for source, _, library, _, _ in checks for path in (source, library)}
-    assert checks and all(data.startswith(b"\x7fELF") for *_, data, _ in checks)
+    kept = {str(job_cache / path) for c in checks for path in (c.source, c.library)}
+    assert checks and all(c.data.startswith(b"\x7fELF") for c in checks)
     left = {p for p in tmpdir.rglob("*") if p.is_file() and not p.is_relative_to(job_cache / "precompiled_headers")}
     assert {str(p) for p in left} == kept, sorted(left)
     assert any(p.suffix == ".gch" for p in (job_cache / "precompiled_headers").iterdir())
@@ -1411,4 +1411,4 @@ def test_keep_isa_checks_leaves_a_truncated_library_and_a_file_there_as_they_are
     assert not (job / "cu").exists() or not any((job / "cu").iterdir())
     assert (job / "th" / "cthere.so").read_bytes() == b"\x7fELF torch's own"
     assert sorted(p.name for p in job.rglob("*") if p.is_file()) == ["cthere.cpp", "cthere.so", "cwhole.cpp", "cwhole.so"]
-    assert {source for source, *_ in isa_checks(str(job))} == {"th/cthere.cpp", "wh/cwhole.cpp"}
+    assert {c.source for c in isa_checks(str(job))} == {"th/cthere.cpp", "wh/cwhole.cpp"}

@@ -1373,9 +1373,9 @@ def test_inductor_compiles_its_isa_checks_into_its_cache_and_skips_each_one_it_f
                              env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(first)})
     assert checked.returncode == 0, checked.stderr[-2000:]
     checks = isa_checks(str(first))
-    assert checks and all((first / cpp).read_text().count("_chk_kernel") for cpp, *_ in checks), sorted(first.rglob("*"))
+    assert checks and all((first / c.source).read_text().count("_chk_kernel") for c in checks), sorted(first.rglob("*"))
     assert seed_isa_checks(checks, str(second)) == len(checks)
-    libraries = [library for _, _, library, _, _ in checks]
+    libraries = [c.library for c in checks]
     for library in libraries:
         os.utime(second / library, (0, 0))
     compiled = subprocess.run([sys.executable, "-c", _ONE_KERNEL], capture_output=True, text=True, timeout=300,

@@ -30,6 +30,7 @@ import re
 import stat
 import tempfile
 from collections.abc import Mapping
+from typing import NamedTuple
 
 HEADER_SUFFIXES = (".gch", ".pch")  # what gcc / clang write for each precompiled header (cpp_builder.py)
 MAX_ENTRIES = 10_000  # a directory of more is not listed further
@@ -72,17 +73,26 @@ ISA_CHECK_MAX_BYTES = 4096  # a check's source is a few hundred bytes; a kernel'
 ISA_LIBRARY_MAX_BYTES = 1 << 20  # its library ~20 KB
 
 
+class IsaCheck(NamedTuple):
+    """One ISA check as torch left it in a cache: its paths relative to the cache, their bytes."""
+
+    source: str  # <2 chars>/<key>.cpp
+    code: bytes
+    library: str  # <2 chars>/<key>.so
+    data: bytes
+    mode: int  # the library's permission bits
+
+
 def job_cache_dir(env: Mapping[str, str]) -> str:
     """The Inductor cache the job itself would use (runtime/cache_dir_utils.py `cache_dir`)."""
     return os.path.abspath(env.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir())
 
 
-def isa_checks(cache: str) -> list[tuple[str, bytes, str, bytes, int]]:
-    """The ISA checks `cache` holds, each (source path, its bytes, library path, its bytes, the
-    library's mode), the paths relative to `cache`: a `<2 chars>/<key>.cpp` of at most
+def isa_checks(cache: str) -> list[IsaCheck]:
+    """The ISA checks `cache` holds: a `<2 chars>/<key>.cpp` of at most
     ISA_CHECK_MAX_BYTES that defines a `..._chk_kernel`, with its `<key>.so` beside it, both regular
     files (a link is not followed). At most MAX_ENTRIES files are looked at."""
-    found: list[tuple[str, bytes, str, bytes, int]] = []
+    found: list[IsaCheck] = []
     seen = 0
     try:
         with os.scandir(cache) as subdirs:
@@ -102,7 +112,7 @@ def isa_checks(cache: str) -> list[tuple[str, bytes, str, bytes, int]]:
                             continue
                         library = _read_regular(os.path.join(subdir.path, stem + ".so"), ISA_LIBRARY_MAX_BYTES)
                         if library is not None:
-                            found.append((os.path.join(subdir.name, entry.name), source[0], os.path.join(subdir.name, stem + ".so"), *library))
+                            found.append(IsaCheck(os.path.join(subdir.name, entry.name), source[0], os.path.join(subdir.name, stem + ".so"), *library))
     except OSError:
         pass
     return found
@@ -128,21 +138,21 @@ def _read_regular(path: str, limit: int) -> tuple[bytes, int] | None:
     return (data, stat.S_IMODE(info.st_mode)) if len(data) <= limit else None
 
 
-def seed_isa_checks(checks: list[tuple[str, bytes, str, bytes, int]], dest: str) -> int:
+def seed_isa_checks(checks: list[IsaCheck], dest: str) -> int:
     """Writes `checks` (isa_checks of the job's cache) into the fresh cache `dest`, each where torch
     looks for it; the number written. A check that cannot be written is left for the mode to
     compile, as torch does with a missing one."""
     written = 0
-    for source, code, library, data, mode in checks:
+    for check in checks:
         try:
-            os.makedirs(os.path.join(dest, os.path.dirname(source)), exist_ok=True)
-            with open(os.path.join(dest, source), "xb") as handle:
-                handle.write(code)
-            with open(os.open(os.path.join(dest, library), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as handle:
-                handle.write(data)
+            os.makedirs(os.path.join(dest, os.path.dirname(check.source)), exist_ok=True)
+            with open(os.path.join(dest, check.source), "xb") as handle:
+                handle.write(check.code)
+            with open(os.open(os.path.join(dest, check.library), os.O_WRONLY | os.O_CREAT | os.O_EXCL, check.mode), "wb") as handle:
+                handle.write(check.data)
             written += 1
         except OSError:
-            for relative in (source, library):
+            for relative in (check.source, check.library):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(dest, relative))
     return written
@@ -155,16 +165,16 @@ def keep_isa_checks(mode_cache: str, job_cache: str) -> int:
     library whose ELF section table is whole (a compile cut short leaves a truncated one, which
     torch would take as built and then find unloadable: the ISA off for every later job); each file
     is written under a temporary name and linked into place, never over one there. The number kept."""
-    have = {source for source, *_ in isa_checks(job_cache)}
+    have = {check.source for check in isa_checks(job_cache)}
     kept = 0
-    for source, code, library, data, mode in isa_checks(mode_cache):
-        if source in have or not _whole_elf(data):
+    for check in isa_checks(mode_cache):
+        if check.source in have or not _whole_elf(check.data):
             continue
         try:
-            os.makedirs(os.path.join(job_cache, os.path.dirname(source)), exist_ok=True)
+            os.makedirs(os.path.join(job_cache, os.path.dirname(check.source)), exist_ok=True)
             with contextlib.suppress(FileExistsError):  # torch writes the source before it compiles
-                _place(os.path.join(job_cache, source), code, 0o644)
-            _place(os.path.join(job_cache, library), data, mode)
+                _place(os.path.join(job_cache, check.source), check.code, 0o644)
+            _place(os.path.join(job_cache, check.library), check.data, check.mode)
             kept += 1
         except OSError:
             continue  # the job's cache is not writable, or the library is there: left as it is

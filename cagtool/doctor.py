@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 OK = "ok"
@@ -294,7 +295,24 @@ def check_runs_dir(cwd: Path | None = None) -> Check:
     return Check("runs dir", status, f"{target} ({where}; writable; {free / 2**30:.1f} GiB free){low}", facts=facts)
 
 
-CHECKS: tuple[Callable[[], Check], ...] = (check_python, check_torch, check_engine_copy, check_cxx, check_capture, check_runs_dir)
+def check_inductor_cache(env: Mapping[str, str] | None = None) -> Check:
+    """What the job's Inductor cache holds of what Inductor keeps per machine (its CPU ISA checks,
+    capture/run/inductor_machine.py): each mode's fresh cache starts with them; where there are none
+    yet, every Inductor mode of the next run compiles them inside its compile time, as the plain
+    job's first run does, and the run leaves them there. Informational: never a failure."""
+    from cagtool.capture.run.inductor_machine import isa_checks, job_cache_dir
+
+    cache = job_cache_dir(os.environ if env is None else env)
+    found = len(isa_checks(cache))
+    facts: dict[str, Any] = {"path": cache, "isa_checks": found}
+    if found:
+        return Check("inductor cache", OK, f"{cache}: {found} CPU ISA checks kept; each mode's fresh cache starts with them, "
+                     "as the plain job finds them", facts=facts)
+    return Check("inductor cache", OK, f"{cache}: no CPU ISA checks yet; the next Inductor run's modes each compile them inside "
+                 "their compile time (~7 s on a 2-core VM), as the plain job's first run does, and leave them here", facts=facts)
+
+
+CHECKS: tuple[Callable[[], Check], ...] = (check_python, check_torch, check_engine_copy, check_cxx, check_capture, check_inductor_cache, check_runs_dir)
 
 
 def run_checks(checks: tuple[Callable[[], Check], ...] = CHECKS) -> DoctorReport:

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT, cagtool_cmd
 
-from cagtool.doctor import FAIL, OK, VERIFIED_TORCH, check_cxx, check_runs_dir
+from cagtool.doctor import FAIL, OK, VERIFIED_TORCH, check_cxx, check_inductor_cache, check_runs_dir
 
 
 @pytest.mark.slow
@@ -19,7 +19,7 @@ def test_doctor_passes_here_and_says_why_in_json():
     report = json.loads(proc.stdout)
     assert report["format"] == "cagtool-doctor" and report["ok"] is True
     checks = {c["name"]: c for c in report["checks"]}
-    assert list(checks) == ["python", "torch", "backward entry", "c++ compiler", "ca capture", "runs dir"]
+    assert list(checks) == ["python", "torch", "backward entry", "c++ compiler", "ca capture", "inductor cache", "runs dir"]
     assert checks["backward entry"]["status"] == "ok" and checks["backward entry"]["facts"]["diff"] == ""
     assert checks["torch"]["facts"]["missing"] == []
     # Doctor says whether compat/check_torch.py verified this torch (docs/compat.md); the pinned
@@ -59,3 +59,16 @@ def test_doctor_fails_where_runs_cannot_be_written(tmp_path):
     check = check_runs_dir(tmp_path)
     assert check.status == FAIL and "-o DIR" in check.detail
     assert check_runs_dir(tmp_path / "fresh").status == OK
+
+
+def test_doctor_says_whether_the_jobs_inductor_cache_holds_its_isa_checks(tmp_path):
+    """The job's Inductor cache (TORCHINDUCTOR_CACHE_DIR) with no ISA check: the next run's modes
+    each compile them, said so, never a failure; with one (as torch lays it out): kept, counted."""
+    empty = check_inductor_cache({"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+    assert empty.status == OK and empty.facts == {"path": str(tmp_path / "cache"), "isa_checks": 0}
+    assert "no CPU ISA checks yet; the next Inductor run's modes each compile them" in empty.detail
+    (tmp_path / "cache" / "ab").mkdir(parents=True)
+    (tmp_path / "cache" / "ab" / "cabcheck.cpp").write_text('extern "C" void __avx_chk_kernel() {}\n')
+    (tmp_path / "cache" / "ab" / "cabcheck.so").write_bytes(b"\x7fELF")
+    kept = check_inductor_cache({"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+    assert kept.status == OK and kept.facts["isa_checks"] == 1 and "1 CPU ISA checks kept" in kept.detail

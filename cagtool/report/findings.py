@@ -151,7 +151,7 @@ def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:
         where = f"{os.path.basename(finding.source.file)}:{finding.source.line}" if finding.source is not None else ""
         if finding.code == FINDING_DYNAMO_DISABLED:
             by = str(detail.get("by") or "Dynamo's switch")
-            place, fix = ((f"in the job's environment", f"unset {by.split('=')[0]}") if by.endswith("=1")
+            place, fix = (("in the job's environment", f"unset {by.split('=')[0]}") if by.endswith("=1")
                           else ("by the job", "leave torch._dynamo.config.disable unset"))
             found.append(SkippedCompile("torch.compile", safe_line(where), "the compiled code", safe_line(f"Dynamo was off ({by}, {place})"),
                                         safe_line(f"{fix} (the plain job with it set compiles nothing either)")))

@@ -2589,6 +2589,11 @@ def _instance_words(facts: dict[str, Any]) -> tuple[str, str]:
     return found[-1][1], ", then ".join(f"{cid} a {module}" for cid, _, module in found)
 
 
+def _sizes_differ(theirs: dict[str, str], ours: dict[str, str]) -> bool:
+    """Whether a parameter both modules hold has other sizes in one than in the other."""
+    return any(theirs.get(name) not in (None, size) for name, size in ours.items())
+
+
 def _other_instance(table: RecompileTable, cause: Cause) -> list[tuple[str, str, str]]:
     """Where each recompile of the cause is of a compiled method (`self` its first parameter) whose
     `self` is of the class of every cache entry it failed, with parameters of other sizes (the
@@ -2605,8 +2610,7 @@ def _other_instance(table: RecompileTable, cause: Cause) -> list[tuple[str, str,
         if not module or not failed:
             return []
         sizes = _parameter_sizes(module)
-        differs = lambda entry: any(_parameter_sizes(entry).get(n) not in (None, size) for n, size in sizes.items())  # noqa: E731
-        if not all(entry and entry[0] == module[0] and differs(entry) for entry in entries):
+        if not all(entry and entry[0] == module[0] and _sizes_differ(_parameter_sizes(entry), sizes) for entry in entries):
             return []
         theirs = _parameter_sizes(entries[0])
         name = next(n for n, size in sizes.items() if theirs.get(n) not in (None, size))

@@ -3,6 +3,7 @@ recorded as a normal run that the CLI reads, twice in one process, and torch is 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import subprocess
@@ -41,6 +42,10 @@ def _torch_state() -> tuple:
     )
 
 
+def _stacked(scale: float, rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(rows) * scale
+
+
 def _train(model: torch.nn.Module, rows: list[int]) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for n in rows:
@@ -57,6 +62,7 @@ def test_capture_twice_records_runs_and_restores_torch(tmp_path, capsys):
             assert ca.compiled_autograd_enabled is True
             _train(model, [4, 4, 6])
             assert len(list(torch.utils.data.DataLoader(torch.randn(4, 8), batch_size=2))) == 2
+            assert len(list(torch.utils.data.DataLoader(torch.randn(4, 8), batch_size=2, collate_fn=functools.partial(_stacked, 1.0)))) == 2
         assert _torch_state() == before  # CA off again, patches and handlers removed
         captures = counters["compiled_autograd"]["captures"]
         _train(model, [4])
@@ -68,9 +74,15 @@ def test_capture_twice_records_runs_and_restores_torch(tmp_path, capsys):
         assert [m.miss_kind for m in record.of(CacheMissEvent)] == ["new_node", "changed_shapes"]
         assert len(cap.steps_frame()) == 3
         assert list(cap.events_frame("ca_cache_miss")["compile_id"]) == ["!0", "!1"]
-        # The block's one DataLoader iterator is counted; explain does not read the count of a block,
+        # The block's DataLoader iterators are counted; explain does not read the count of a block,
         # which may iterate a loader whose iterator was made before it began.
-        assert record.manifest.options["dataloader_iterators"] == 1
+        assert record.manifest.options["dataloader_iterators"] == 2
+        # ... and what each batches with: torch's default, then this file's function (inside a partial).
+        default, own = record.manifest.options["collate_functions"]
+        assert (default["name"], default["module"], default["kind"], default["user"]) == (
+            "default_collate", "torch.utils.data._utils.collate", "function", False), default
+        assert own == {"name": "_stacked", "module": __name__, "file": __file__, "line": _stacked.__code__.co_firstlineno,
+                       "kind": "function", "user": True, "settings": {}, "wrapped_by": None}, own
         from cagtool.report.recompiles.table import recompile_table
 
         assert recompile_table(record).data_loaders is None

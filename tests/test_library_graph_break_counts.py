@@ -157,9 +157,13 @@ def test_a_trainers_batches_padded_to_their_longest_are_sizes_that_vary_not_a_la
     # It names what remains by its words: the headline's advice shows this fix alone, with nothing "below".
     assert root["fix"][0].endswith('not the recompile, in which another guard failed too ("What remains" in `recompiles --explain`).')
     assert root["fix"][1].startswith("Or: the compiled call is a library's (transformers/trainer.py:") and "TORCH_COMPILE_DYNAMIC_SOURCES" in root["fix"][1]
-    # The collator pads each batch to its longest: padded to one length, the length's guard goes.
-    assert any('pad every batch to one length N, which removes this size guard: padding="max_length", max_length=N' in f
-               for f in root["fix"]), root["fix"]
+    # The script's own data_collator (`padded`, found inside Trainer's RemoveColumnsCollator) pads each
+    # batch to its longest: padded to one length there, the length's guard goes; the HF collators'
+    # arguments are not its.
+    [own] = [f for f in root["fix"] if f.startswith("Your data_collator, `padded` at ")]
+    assert re.search(r"hf_trainer_classifier\.py:\d+, makes the batches, whose lengths differ \(\d+, then \d+\): pad every batch "
+                     r"there to one length N \(at least the longest kept\), which removes this size guard", own), own
+    assert "DataCollatorWithPadding" not in " ".join(root["fix"]), root["fix"]
     # problem_type's guard failed in the same recompile, unnamed: no fix of the size claims the recompile goes.
     assert "this recompile goes" not in " ".join(root["fix"]) and "To skip even that recompile" not in " ".join(root["fix"])
     assert any(f.startswith("What remains: recompile") and "`self.config.problem_type`" in f for f in root["fix"]), root["fix"]

@@ -19,7 +19,7 @@ from cagtool.record.manifest import ExceptionInfo, ModeManifest
 
 # What every close writes into the manifest's options, whatever happened (a count of 0 included):
 # the fields by which a record says how far cagtool's own parts can be trusted.
-CLOSING_OPTIONS = ("backward_calls_outside_ca", "cagtool_memory", "dataloader_iterators", "fallback_random", "losses_not_kept", "oversized_dropped", "step_tracking_errors", "structured_log_errors",
+CLOSING_OPTIONS = ("backward_calls_outside_ca", "cagtool_memory", "collate_functions", "dataloader_iterators", "fallback_random", "losses_not_kept", "oversized_dropped", "step_tracking_errors", "structured_log_errors",
                    "workdir_reads")
 
 
@@ -243,6 +243,7 @@ class Recorder:
 
         options["workdir_reads"] = reads()  # None: not watched (a Python API block)
         options["dataloader_iterators"] = self.steps.loader_iterators if self.steps is not None else None
+        options["collate_functions"] = list(self.steps.collate_functions) if self.steps is not None else None
         # The ca mode's top-level backwards that began with compiled autograd off (None: not the ca mode, or steps not tracked).
         options["backward_calls_outside_ca"] = self.steps.counter.outside_ca if self.steps is not None and self.steps.mode == "ca" else None
         if self.scope is not None and self.scope.errors:

@@ -5,7 +5,7 @@
 # first read of a manifest (5.8 M instructions), where annotations evaluated at definition cost
 # almost nothing.
 import re
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 import msgspec
 from msgspec import Struct, field
@@ -19,6 +19,22 @@ class ErrorCount(TypedDict):
 
     count: int
     last: str | None
+
+
+class CollateFunction(TypedDict):
+    """A DataLoader's collate_fn (capture/steps/collate.py): a function's name and where its code is,
+    or an instance's class, where its `__call__` is, whether that code is the job's own, and how it pads (`settings`: `padding`,
+    `pad_to_multiple_of`, `max_length` where it holds them); `wrapped_by`: the class of a library's
+    wrapper it was found in (transformers' RemoveColumnsCollator)."""
+
+    name: str
+    module: str
+    file: str
+    line: int
+    kind: Literal["function", "instance"]
+    user: bool  # its code is the job's own, not an installed package's (capture/observe/source.py, is_user_file)
+    settings: dict[str, str | int | bool | None]
+    wrapped_by: str | None
 
 
 class ModeOptions(TypedDict, total=False):
@@ -48,6 +64,9 @@ class ModeOptions(TypedDict, total=False):
     losses_not_kept: int
     # DataLoader iterators the loop thread made while the record was open (None: steps not tracked)
     dataloader_iterators: int | None
+    # ... and the distinct collate functions they batch with (capture/steps/collate.py, the first 8;
+    # None: steps not tracked; absent in older records)
+    collate_functions: list[CollateFunction] | None
     # The ca mode's top-level backward calls that began with compiled autograd off, so ran uncaptured
     # (inside a torch.func transform, which torch runs under compiled_autograd._disable(); after
     # torch._dynamo.reset()); None where not the ca mode or steps were not tracked; absent in older records.
@@ -230,6 +249,13 @@ def typed_compile_calls(manifest: ModeManifest) -> tuple[dict[str, Any], ...]:
                 and type(c.get("in_place", False)) is bool and isinstance(c.get("backend", ""), str))
 
     return tuple(c for c in calls if isinstance(c, dict) and typed(c))
+
+
+def typed_collate_functions(manifest: ModeManifest) -> tuple[CollateFunction, ...]:
+    """The manifest's `collate_functions` (its types checked at load, ModeOptions); () where the
+    record has none."""
+    found = manifest.options.get("collate_functions") if isinstance(manifest.options, dict) else None
+    return tuple(found) if isinstance(found, list) else ()
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

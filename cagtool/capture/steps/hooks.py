@@ -43,6 +43,7 @@ from typing import Any, Callable
 
 from cagtool.capture.observe import dynamo_skip
 from cagtool.capture.observe.dynamo_skip import TRAINING_SWITCH, as_torchs
+from cagtool.capture.steps.collate import note_collate
 from cagtool.capture.steps.notes import ENDED, EVALUATED, RETURNED, SKIPPED, STEPPED, WORKERS_STARTED, BackwardCall
 
 
@@ -667,6 +668,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                     tracker.loader_iterators += 1
                     if loader.num_workers:
                         append((WORKERS_STARTED, perf_counter()))
+                    note_collate(tracker.collate_functions, loader)
             except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's loop
                 tracker.note_error(exc)
             return original_get_iterator(loader)

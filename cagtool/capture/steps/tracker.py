@@ -140,6 +140,8 @@ class StepTracker:
         # epoch, one per evaluation; 0 where the script slices its data by hand (the manifest's
         # `dataloader_iterators`, which explain reads before it names a DataLoader's last batch).
         self.loader_iterators = 0
+        # ... and the collate functions they batch with (collate.py; the manifest's `collate_functions`).
+        self.collate_functions: list[dict[str, Any]] = []
         # [torch._dynamo.compiled_autograd] while the ca mode is on (mode_setup.py), else []: each
         # top-level backward's start reads its flag (notes.py, BackwardCall.outside_ca).
         self._ca_module: list[Any] = []

@@ -861,6 +861,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
             for row in cause.rows),
         "state_change": changed.detail if changed is not None else "",
         "data_loaders": table.data_loaders,
+        "collate_functions": table.collate_functions,
         # The recompiled function's parameters, in order, to map a guard's parameter to the caller's argument.
         "argnames": list(next((row.frame_argnames for row in cause.rows if row.frame_argnames), ())),
         **_stability(table, cause),
@@ -3272,7 +3273,42 @@ def _hook_out_of_dynamo(facts: dict[str, Any], code: str) -> list[str]:
     return [disable, after, "Or keep the value a tensor: " + tensor]
 
 
-def _collator_fix(before: int, after: int) -> str:
+def _own_collator(collates: tuple[dict[str, Any], ...], cwd: str) -> str | None:
+    """The job's one collate function of its own (a function or class whose code is not a library's:
+    capture/steps/collate.py), named with where it is; None where there is none, or several."""
+    own = [c for c in collates if c["user"]]
+    if len(own) != 1:
+        return None
+    what = own[0]
+    where = f"{display_path(what['file'], cwd)}:{what['line']}"
+    name = what["name"].rsplit(".<locals>.", 1)[-1]
+    return f"the lambda at {where}" if name == "<lambda>" else f"`{name}` at {where}"
+
+
+def _own_collator_fix(word: str, own: str, before: int, after: int) -> str:
+    """The fix of a length that changed from `before` to `after` in the batches the job's own collate
+    function `own` made (its DataLoader's `collate_fn`, HF Trainer's `data_collator`: `word`)."""
+    up = [-(-n // 8) * 8 for n in (before, after)]
+    rounded = (f"rounding each batch's length up to a multiple of 8 there keeps {before} and {after} two lengths "
+               f"({up[0]} and {up[1]}), and Dynamo recompiles at a second length whatever it is" if up[0] != up[1] else
+               f"rounding each batch's length up to a multiple of 8 there takes {before} and {after} to {up[0]}, one length, "
+               "which removes this size guard where every batch rounds to it (one that rounds to another length still "
+               "recompiles once)")
+    return (f"Your {word}, {own}, makes the batches, whose lengths differ ({before}, then {after}): pad every batch there to one "
+            "length N (at least the longest kept), which removes this size guard; " + rounded + ".")
+
+
+def _hf_collator(collates: tuple[dict[str, Any], ...]) -> str | None:
+    """The one transformers collator instance the job's loaders batched with, and how it pads
+    (`DataCollatorWithPadding(padding=True)`); None where there is not exactly one."""
+    found = [c for c in collates if c["kind"] == "instance" and c["module"].startswith("transformers.")]
+    if len(found) != 1:
+        return None
+    settings = ", ".join(f"{k}={v!r}" for k, v in found[0]["settings"].items() if v is not None)
+    return f"{found[0]['name']}({settings})" if settings else found[0]["name"]
+
+
+def _collator_fix(before: int, after: int, collates: tuple[dict[str, Any], ...] = (), cwd: str = "") -> str:
     """The fix of a length HF Trainer's data_collator pads each batch to (a recompile from `before`
     to `after`). transformers 5.25 + torch 2.13, checked on HF Trainer jobs with dynamic padding: with
     pad_to_multiple_of=8 a recompile from 29 to 30 (both 32) was gone, one from 46 to 59 (48 and
@@ -3285,8 +3321,16 @@ def _collator_fix(before: int, after: int) -> str:
            "DataCollatorForSeq2Seq's arguments (DataCollatorForLanguageModeling takes neither: pad where the texts are tokenized)")
     lead = "HF Trainer's batches are padded by its data_collator, each to its longest (its default): "
     up = [-(-n // 8) * 8 for n in (before, after)]
+    own = _own_collator(collates, cwd)
+    if own is not None:
+        # The job's own function batches (Trainer(data_collator=...)): the change is made there, the
+        # HF collators' arguments do not apply.
+        return _own_collator_fix("data_collator", own, before, after)
+    named = _hf_collator(collates)
+    if named is not None:
+        lead = f"HF Trainer's batches are padded by its data_collator, {named}, each to its longest: "
     if up == [before, after]:  # already padded to a multiple (pad_to_multiple_of=8 on the collator)
-        return (f"HF Trainer's batches are padded by its data_collator: {one}. The lengths {before} and {after} are multiples "
+        return (f"HF Trainer's batches are padded by its data_collator{'' if named is None else ', ' + named}: {one}. The lengths {before} and {after} are multiples "
                 "of 8 already (a collator with pad_to_multiple_of): two lengths, and Dynamo recompiles at a second length "
                 "whatever it is. A collate function of your own can pad to one fixed length the same way.")
     if up[0] != up[1]:
@@ -3630,11 +3674,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                 fixes += [f"{'Or: t' if fixes else 'T'}he compiled call is a library's ({caller.via}, reached from {display_path(caller.file, cwd)}:"
                          f"{caller.line}): no line of yours passes the tensor. {lead} dim {size[1]} of {_tensor_words(size[0])} "
                          "dynamic from the first call with TORCH_COMPILE_DYNAMIC_SOURCES in the job's environment (torch's PGO line "
-                         "lists the sources), or with torch._dynamo.maybe_mark_dynamic where the batch is made (a DataLoader's "
-                         "collate_fn; HF Trainer's data_collator) where the library passes that tensor on as it is (a copy to "
+                         "lists the sources), or with torch._dynamo.maybe_mark_dynamic where the batch is made ("
+                         + (f"your {own_batches}" if (own_batches := _own_collator(tuple(facts.get("collate_functions") or ()), cwd))
+                            else "a DataLoader's collate_fn; HF Trainer's data_collator")
+                         + ") where the library passes that tensor on as it is (a copy to "
                          "another device carries no mark); pad or bucket if it takes many values."]
             if size[1] > 0 and caller is not None and caller.via.startswith("transformers/"):
-                fixes.append(_collator_fix(size[2], size[3]))
+                fixes.append(_collator_fix(size[2], size[3], tuple(facts.get("collate_functions") or ()), cwd))
             by = facts.get("compiled_by")
             own_compile = (f" (your torch.compile at {display_path(str(by.get('file')), cwd)}:{by.get('line')})"
                            if isinstance(by, dict) and not by.get("via") and by.get("dynamic") is None and by.get("file") else "")
@@ -3642,6 +3688,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                      f"{mark}, and the same on every other "
                      "input whose size the code ties to it (a batch's tokens and its mask): marked on one alone, a static "
                      f"one it meets specialises it again. Or compile with dynamic=True{own_compile}; pad or bucket if it takes many values."]
+            own = _own_collator(tuple(facts.get("collate_functions") or ()), cwd) if size[1] > 0 else None
+            if own is not None and not (caller is not None and caller.via.startswith("transformers/")):
+                fixes.append(_own_collator_fix("DataLoader's collate_fn", own, size[2], size[3]))
             recomputes = facts.get("reentrant_recomputes") or 0
             if recomputes:
                 # torch 2.13, checked by hand: marked, the forward keeps one graph and the reentrant

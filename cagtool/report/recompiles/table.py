@@ -19,7 +19,7 @@ import msgspec
 from cagtool.errors import UnreadableInput
 from cagtool.record.integrity import mode_damage
 from cagtool.record.loader import ModeRecord, RunRecord, inside, load_run
-from cagtool.record.manifest import typed_compile_calls
+from cagtool.record.manifest import typed_collate_functions, typed_compile_calls
 from cagtool.record.schema import (
     PHASE_CHECKPOINT_RECOMPUTE,
     BackwardEvent,
@@ -178,6 +178,9 @@ class RecompileTable:
     # DataLoader iterators the job's loop made (the manifest's `dataloader_iterators`; None in a
     # record that does not say): 0, and a smaller batch is no DataLoader's last but a slice made by hand.
     data_loaders: int | None = None
+    # ... and the collate functions they batched with (the manifest's `collate_functions`, typed:
+    # record.manifest.typed_collate_functions).
+    collate_functions: tuple[dict[str, Any], ...] = ()
     # The job's torch.compile calls (the manifest's `compile_calls`: where each was made, `dynamic`
     # as passed, the code it compiles first), and each frame's code (compile_frame id -> (file,
     # first line) of its compiles): which call compiled a recompiled frame (explain's `compiled_by`).
@@ -1059,6 +1062,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         # Its type checked by the loader. Not the Python API's: its block may iterate a DataLoader
         # whose iterator was made before the block began, which no count of the block's sees.
         data_loaders=None if manifest.options.get("python_api") else manifest.options.get("dataloader_iterators"),
+        collate_functions=typed_collate_functions(manifest),
         skipped_compiles=skipped_compiles(record),
         compile_calls=typed_compile_calls(manifest),
         frame_codes={frame: (e.co_filename, e.co_firstlineno) for e in reversed(compile_events)

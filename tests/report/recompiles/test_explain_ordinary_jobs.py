@@ -296,6 +296,47 @@ def test_a_length_padded_by_hf_trainers_collator_is_told_the_padding_that_remove
     assert "DataCollatorWithPadding" not in script and "pad or bucket if it takes many values" in script, script
 
 
+def test_a_length_the_jobs_own_collate_function_makes_is_fixed_there_and_an_hf_collator_is_named_with_how_it_pads():
+    """The record names what the job's DataLoaders batched with (the manifest's `collate_functions`,
+    capture/steps/collate.py): a length that changed in a forward HF Trainer calls, where the job
+    passed its own data_collator (a function in its file, inside Trainer's RemoveColumnsCollator),
+    is fixed in that function, not with the HF collators' arguments; where an HF collator batched,
+    it is named with how it pads. A script's own DataLoader collate_fn is named for a length (dim
+    1), never for a batch size (dim 0)."""
+    guard = "tensor 'kwargs['input_ids']' size mismatch at index 1. expected 29, actual 30"
+    own = {"name": "main.<locals>.pad_batch", "module": "__main__", "file": "/w/train.py", "line": 16, "kind": "function", "user": True,
+           "settings": {}, "wrapped_by": "RemoveColumnsCollator"}
+    default = {"name": "default_collate", "module": "torch.utils.data._utils.collate", "file": "/v/torch/utils/data/_utils/collate.py",
+               "line": 340, "kind": "function", "user": False, "settings": {}, "wrapped_by": None}
+    hf = {"name": "DataCollatorWithPadding", "module": "transformers.data.data_collator", "file": "/v/transformers/data/data_collator.py",
+          "line": 225, "kind": "instance", "user": False, "settings": {"padding": True, "pad_to_multiple_of": None, "max_length": None},
+          "wrapped_by": "RemoveColumnsCollator"}
+
+    def fixes(via: str, collates: tuple, guard: str = guard) -> str:
+        caller = SourceRef(file="/w/train.py", line=37, code="trainer.train()", function="<module>", how="caller", via=via)
+        facts = {"kind": GUARD_SIZE, "guard": guard, "caller": caller, "stabilised": True, "collate_functions": collates}
+        return " ".join(_guard_fixes(facts, False, "", "/w"))
+
+    trainer = fixes("transformers/trainer.py:2209", (own, default))
+    assert ("Your data_collator, `pad_batch` at train.py:16, makes the batches, whose lengths differ (29, then 30): pad every batch "
+            "there to one length N (at least the longest kept), which removes this size guard; rounding each batch's length up to a "
+            "multiple of 8 there takes 29 and 30 to 32, one length") in trainer, trainer
+    assert "maybe_mark_dynamic where the batch is made (your `pad_batch` at train.py:16)" in trainer, trainer
+    assert "padded by its data_collator" not in trainer and "DataCollatorWithPadding" not in trainer, trainer
+    trainer = fixes("transformers/trainer.py:2209", (hf,))
+    assert "HF Trainer's batches are padded by its data_collator, DataCollatorWithPadding(padding=True), each to its longest" in trainer, trainer
+    assert "Your data_collator" not in trainer, trainer
+    trainer = fixes("transformers/trainer.py:2209", ())  # a record that names none: HF's default words
+    assert "HF Trainer's batches are padded by its data_collator, each to its longest (its default)" in trainer, trainer
+
+    lambda_ = {**own, "name": "<lambda>", "wrapped_by": None}
+    script = fixes("", (lambda_,))
+    assert ("Your DataLoader's collate_fn, the lambda at train.py:16, makes the batches, whose lengths differ (29, then 30)") in script, script
+    assert "pad or bucket if it takes many values" in script, script  # the generic advice stays first
+    rows = fixes("", (lambda_,), guard.replace("index 1", "index 0"))
+    assert "collate_fn" not in rows, rows  # a batch size: not the collate function's
+
+
 def test_hf_trainers_last_batch_is_told_by_its_training_arguments_and_a_scripts_by_its_dataloader():
     """A batch that got smaller in a forward HF Trainer calls (`via` transformers/): the script has
     no DataLoader(...) to edit, Trainer builds it from TrainingArguments, so the fix names

@@ -1709,10 +1709,13 @@ CA_ENABLE_DYNAMIC_OUTSIDE = ("`with torch._dynamo.compiled_autograd._enable(torc
 def ca_enable_dynamic_outside(source: SourceRef | None, cwd: str) -> str:
     """CA_ENABLE_DYNAMIC_OUTSIDE, naming the script's line that runs the backward where a library's
     code calls it from there (`trainer.train()`: the backward call the record holds, `via` the
-    library's line)."""
-    if source is None or source.how != "backward_call" or not source.via or not source.code:
+    library's line), or the script's own backward call where the script makes it (no library between)."""
+    if source is None or source.how != "backward_call" or not source.code:
         return CA_ENABLE_DYNAMIC_OUTSIDE
     here = f"here `{source.code.strip()}` at {display_path(source.file, cwd)}:{source.line}"
+    if not source.via:
+        return CA_ENABLE_DYNAMIC_OUTSIDE.replace("backward, or around the call that runs it (a Trainer's fit() or train())",
+                                                 f"backward ({here})", 1)
     return CA_ENABLE_DYNAMIC_OUTSIDE.replace("(a Trainer's fit() or train())", f"({here})", 1)
 
 

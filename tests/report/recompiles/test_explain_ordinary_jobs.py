@@ -236,8 +236,9 @@ def test_compiled_autograd_started_dynamic_is_advised_by_enable_where_backward_r
 
 def test_compiled_autograd_started_dynamic_around_a_librarys_backward_names_the_scripts_line_that_runs_it():
     """HF Trainer's backward is accelerate's, called from the script's `trainer.train()`: `_enable`
-    goes around that line, named as the record holds it; a backward the script calls itself, or one
-    the record holds no line for, keeps the words that say where in general."""
+    goes around that line, named as the record holds it; a backward the script calls itself is named
+    as that backward (no Trainer's fit() to speak of); one the record holds no line for keeps the
+    words that say where in general."""
     from cagtool.report.recompiles.explain import CA_ENABLE_DYNAMIC_OUTSIDE, ca_enable_dynamic_outside
 
     library = SourceRef(file="/w/train.py", line=24, code="trainer.train()", function="<module>", how="backward_call",
@@ -246,7 +247,10 @@ def test_compiled_autograd_started_dynamic_around_a_librarys_backward_names_the_
     assert "around the call that runs it (here `trainer.train()` at train.py:24):" in words, words
     assert "a Trainer's fit() or train()" not in words
     own = SourceRef(file="/w/train.py", line=30, code="loss.backward()", function="<module>", how="backward_call", via="")
-    assert ca_enable_dynamic_outside(own, "/w") == CA_ENABLE_DYNAMIC_OUTSIDE == ca_enable_dynamic_outside(None, "/w")
+    words = ca_enable_dynamic_outside(own, "/w")
+    assert "dynamic=True):` around the backward (here `loss.backward()` at train.py:30): the backward runs outside" in words, words
+    assert "Trainer" not in words and "the call that runs it" not in words, words
+    assert ca_enable_dynamic_outside(None, "/w") == CA_ENABLE_DYNAMIC_OUTSIDE
 
 
 def test_an_evaluations_last_batch_that_recompiled_once_is_kept_first_and_marked_only_to_skip_that_compile():

@@ -19,8 +19,8 @@ from cagtool.record.manifest import ExceptionInfo, ModeManifest
 
 # What every close writes into the manifest's options, whatever happened (a count of 0 included):
 # the fields by which a record says how far cagtool's own parts can be trusted.
-CLOSING_OPTIONS = ("backward_calls_outside_ca", "cagtool_memory", "collate_functions", "dataloader_iterators", "fallback_random", "losses_not_kept", "oversized_dropped", "step_tracking_errors", "structured_log_errors",
-                   "workdir_reads")
+CLOSING_OPTIONS = ("backward_calls_outside_ca", "cagtool_memory", "collate_functions", "dataloader_iterators", "fallback_random",
+                   "losses_not_kept", "oversized_dropped", "step_tracking_errors", "structured_log_errors", "workdir_reads")
 
 
 def now_iso() -> str:

@@ -23,9 +23,10 @@ class ErrorCount(TypedDict):
 
 class CollateFunction(TypedDict):
     """A DataLoader's collate_fn (capture/steps/collate.py): a function's name and where its code is,
-    or an instance's class, where its `__call__` is, whether that code is the job's own, and how it pads (`settings`: `padding`,
-    `pad_to_multiple_of`, `max_length` where it holds them); `wrapped_by`: the class of a library's
-    wrapper it was found in (transformers' RemoveColumnsCollator)."""
+    or an instance's class and where its `__call__` is; whether that code is the job's own; how it
+    pads (`settings`: `padding`, `pad_to_multiple_of`, `max_length` where it holds them);
+    `wrapped_by`: the class of a library's wrapper it was found in (transformers'
+    RemoveColumnsCollator)."""
 
     name: str
     module: str

@@ -3333,7 +3333,8 @@ def _collator_fix(before: int, after: int, collates: tuple[dict[str, Any], ...] 
     if named is not None:
         lead = f"HF Trainer's batches are padded by its data_collator, {named}, each to its longest: "
     if up == [before, after]:  # already padded to a multiple (pad_to_multiple_of=8 on the collator)
-        return (f"HF Trainer's batches are padded by its data_collator{'' if named is None else ', ' + named}: {one}. The lengths {before} and {after} are multiples "
+        by = "" if named is None else f", {named}"
+        return (f"HF Trainer's batches are padded by its data_collator{by}: {one}. The lengths {before} and {after} are multiples "
                 "of 8 already (a collator with pad_to_multiple_of): two lengths, and Dynamo recompiles at a second length "
                 "whatever it is. A collate function of your own can pad to one fixed length the same way.")
     if up[0] != up[1]:

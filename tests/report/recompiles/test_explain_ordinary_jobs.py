@@ -330,6 +330,10 @@ def test_a_length_the_jobs_own_collate_function_makes_is_fixed_there_and_an_hf_c
     trainer = fixes("transformers/trainer.py:2209", (hf,))
     assert "HF Trainer's batches are padded by its data_collator, DataCollatorWithPadding(padding=True), each to its longest" in trainer, trainer
     assert "Your data_collator" not in trainer, trainer
+    multiple = {**hf, "settings": {**hf["settings"], "pad_to_multiple_of": 8}}
+    trainer = fixes("transformers/trainer.py:2209", (multiple,), guard.replace("expected 29, actual 30", "expected 48, actual 64"))
+    assert ("HF Trainer's batches are padded by its data_collator, DataCollatorWithPadding(padding=True, pad_to_multiple_of=8): "
+            "pad every batch to one length N") in trainer and "The lengths 48 and 64 are multiples of 8 already" in trainer, trainer
     trainer = fixes("transformers/trainer.py:2209", ())  # a record that names none: HF's default words
     assert "HF Trainer's batches are padded by its data_collator, each to its longest (its default)" in trainer, trainer
 

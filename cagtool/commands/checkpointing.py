@@ -24,9 +24,14 @@ def register(app: typer.Typer) -> None:
         For each mode, re-runs the job as written and with torch.utils.checkpoint.checkpoint turned
         into a plain call (your file is not changed), one process each, and compares the memory
         each holds for its backward: on CPU the heap in use at each backward's entry and its sampled
-        maximum inside it (glibc's mallinfo2), peak RSS beside it; CUDA's max allocated on a GPU. Where reentrant checkpoints recompiled in their recompute (or failed under
-        compiled autograd), re-runs them with use_reentrant=False too and says whether that fixes
-        it. Only a run your own `cagtool run` recorded (as --verify). The result is kept in
+        maximum inside it (glibc's mallinfo2), peak RSS beside it; CUDA's max allocated on a GPU.
+        Where reentrant checkpoints recompiled in their recompute (or failed under compiled
+        autograd), re-runs them with use_reentrant=False too and says whether that fixes it. Where a
+        side effect broke the graph inside a checkpoint the compiled code calls (so it ran as eager
+        checkpointing does, and under compiled autograd split its graph's code into pieces), re-runs
+        the job with torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True and
+        compares the graph breaks and compile time. Only a run your own `cagtool run` recorded (as
+        --verify). The result is kept in
         RUN/checkpointing.json and shown by `summary` and the HTML report.
 
             cagtool run --modes aot,ca train.py && cagtool checkpointing

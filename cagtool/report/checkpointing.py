@@ -14,6 +14,7 @@ CHECKPOINTING_FORMAT = "cagtool-checkpointing"
 CHECKPOINTING_VERSION = 2  # 2: the heap held for backward (Side.heap)
 VARIANT_PLAIN = "plain"  # capture/modes/checkpoint_variant.py's names
 VARIANT_NON_REENTRANT = "non_reentrant"
+VARIANT_SKIP_SIDE_EFFECTS = "skip_side_effects"
 # Two re-runs' heap figures closer than the larger of their steps' spreads plus this are "no
 # measurable saving": glibc rounds chunks and keeps small caches, so a few hundred KiB move alone.
 NOISE_FLOOR_BYTES = 2**20
@@ -46,6 +47,8 @@ class Side:
     error: str = ""
     peak_of: str = "rss"  # what peak_rss_bytes holds: "rss" (the process's peak RSS) or "cuda_max_allocated"
     heap: HeapHeld | None = None  # None: not read (an older result, or the re-run did not record it)
+    graph_breaks: int | None = None  # torch's graph breaks in the re-run (None: an older result, or no record)
+    compile_s: float | None = None  # its compile time (summary's)
 
 
 def _change(a: int | None, b: int | None, spread: int) -> float | None:
@@ -70,6 +73,10 @@ class ModeSaving:
     checkpointed: Side
     plain: Side
     non_reentrant: Side | None = None
+    # Re-run with Dynamo's skip_fwd_side_effects_in_bwd_under_checkpoint set, where a side effect
+    # broke the graph inside a checkpoint the mode's compiled code called (its unpack hooks then
+    # split the compiled-autograd graph's code into pieces).
+    side_effects_skipped: Side | None = None
 
     @property
     def saving(self) -> float | None:
@@ -231,6 +238,27 @@ def fix_line(m: ModeSaving) -> str | None:
             f"(and under compiled autograd a nested backward); fix use_reentrant=False: {was} -> {now}: {verdict}")
 
 
+def side_effects_line(m: ModeSaving) -> str | None:
+    """The re-run with the side-effect config set, against the job as written: graph breaks and
+    compile time; VERIFIED where it finished with fewer breaks."""
+    fixed = m.side_effects_skipped
+    if fixed is None:
+        return None
+    before = m.checkpointed
+
+    def said(side: Side) -> str:
+        if side.status != "finished":
+            return "failed (" + side.error + ")" if side.error else side.status
+        compile_s = "?" if side.compile_s is None else f"{side.compile_s:.1f} s"
+        return f"{'?' if side.graph_breaks is None else side.graph_breaks} graph breaks, compile {compile_s}"
+
+    verdict = ("VERIFIED" if fixed.status == "finished" and before.status == "finished" and fixed.graph_breaks is not None
+               and before.graph_breaks is not None and fixed.graph_breaks < before.graph_breaks else "no effect")
+    return (f"{m.mode}: a side effect broke the graph inside a checkpoint the compiled code calls, so it ran as eager "
+            "checkpointing does; fix torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True (the side "
+            f"effect is not replayed when the backward recomputes the forward): {said(before)} -> {said(fixed)}: {verdict}")
+
+
 def checkpointing_lines(result: CheckpointingResult | dict[str, Any]) -> list[str]:
     """The result in words (terminal, summary, HTML): one line per mode, and the fix per mode when tried."""
     if isinstance(result, dict):
@@ -242,9 +270,9 @@ def checkpointing_lines(result: CheckpointingResult | dict[str, Any]) -> list[st
     for m in result.modes:
         lines += heap_lines(m)
         lines.append(mode_line(m))
-        said = fix_line(m)
-        if said:
-            lines.append(said)
+        for said in (fix_line(m), side_effects_line(m)):
+            if said:
+                lines.append(said)
     return lines
 
 
@@ -255,7 +283,8 @@ def result_from_dict(data: dict[str, Any]) -> CheckpointingResult:
         heap = d.get("heap")
         return Side(**{**d, "heap": HeapHeld(**heap) if isinstance(heap, dict) else None})
 
-    modes = [ModeSaving(m["mode"], side(m["checkpointed"]), side(m["plain"]), side(m.get("non_reentrant"))) for m in data.get("modes", [])]  # type: ignore[arg-type]
+    modes = [ModeSaving(m["mode"], side(m["checkpointed"]), side(m["plain"]), side(m.get("non_reentrant")),  # type: ignore[arg-type]
+                        side(m.get("side_effects_skipped"))) for m in data.get("modes", [])]
     return CheckpointingResult(str(data.get("run", "")), modes, float(data.get("wall_s") or 0.0))
 
 

@@ -6,7 +6,11 @@ backward: the heap in use at each backward's entry and its sampled maximum insid
 beside it (CUDA's max allocated on a GPU). A job whose reentrant checkpoints recompile in their
 recompute, or fail under compiled autograd ("Trying to run compiled autograd within another
 compiled autograd call"), is also re-run with them made non-reentrant (`use_reentrant=False`, the
-fix), and the recompiles in the recompute and the exit status are compared.
+fix), and the recompiles in the recompute and the exit status are compared. A mode whose compiled
+code called a checkpoint that a side effect broke the graph inside ("HOP: ... side effect", which
+lets its unpack hooks split the compiled-autograd graph's code) is re-run with Dynamo's
+`skip_fwd_side_effects_in_bwd_under_checkpoint` set (the fix explain names), and the graph breaks
+and compile time are compared.
 
 The re-runs are ordinary runs under RUN/checkpointing/<time>/, started as `--verify` starts its
 re-runs (the job's seal checked first, absolute paths, stdin /dev/null, output kept in files);
@@ -20,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from cagtool.capture.modes.checkpoint_variant import CHECKPOINT_VARIANT_ENV, VARIANT_NON_REENTRANT, VARIANT_PLAIN
+from cagtool.capture.modes.checkpoint_variant import CHECKPOINT_VARIANT_ENV, VARIANT_NON_REENTRANT, VARIANT_PLAIN, VARIANT_SKIP_SIDE_EFFECTS
 from cagtool.capture.run.target import SOURCE_DIGEST_ENV
 from cagtool.capture.steps.heap_in_use import HEAP_READINGS_ENV
 from cagtool.errors import UsageError
@@ -51,6 +55,18 @@ def _reentrant_trouble(record: ModeRecord) -> bool:
         return True
     exception = record.manifest.exception
     return exception is not None and NESTED_CA_ERROR in (exception.message or "")
+
+
+def _side_effect_break(record: ModeRecord) -> bool:
+    """A side effect broke the graph inside a checkpoint the compiled code called
+    (explain.checkpoint_region_break: a "HOP: ..." break), the break the fix answers: in ca its
+    unpack hooks then split the CA graph's code, in aot the checkpoint runs as eager checkpointing
+    does."""
+    from cagtool.report.recompiles.explain import checkpoint_region_break
+    from cagtool.report.recompiles.table import recompile_table
+
+    found = checkpoint_region_break(recompile_table(record))
+    return found is not None and "side effect" in found["reason"]
 
 
 def heap_held(record: ModeRecord) -> HeapHeld | None:
@@ -93,8 +109,11 @@ def _side(variant: str, path: Path, mode: str) -> Side:
     error = f"{m.exception.type}: {(m.exception.message or '').splitlines()[0] if m.exception.message else ''}" if m.exception else ""
     # CUDA's max allocated where the job used a GPU (the activations themselves), else peak RSS
     peak = m.peak_device_memory_bytes or m.peak_rss_bytes
+    from cagtool.report.figures.metrics import mode_metrics
+
+    figures = mode_metrics(record)
     return Side(variant, str(path), status, peak, _recompute_recompiles(record), error, "cuda_max_allocated" if m.peak_device_memory_bytes else "rss",
-                heap_held(record))
+                heap_held(record), figures.graph_breaks, figures.compile_time_s)
 
 
 def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None = None,
@@ -151,6 +170,9 @@ def _measure_in(run: Any, work: Path, chosen: list[str], result: CheckpointingRe
         recorded = run.modes.get(mode)
         if recorded is not None and _reentrant_trouble(recorded):
             saving.non_reentrant = _side(VARIANT_NON_REENTRANT, rerun(f"{mode}-non-reentrant", mode, VARIANT_NON_REENTRANT), mode)
+        if recorded is not None and _side_effect_break(recorded):
+            saving.side_effects_skipped = _side(VARIANT_SKIP_SIDE_EFFECTS,
+                                                rerun(f"{mode}-skip-side-effects", mode, VARIANT_SKIP_SIDE_EFFECTS), mode)
         result.modes.append(saving)
         progress(" ".join(checkpointing_lines(result)[-1:]))
 

@@ -136,7 +136,7 @@ def _ca_summary(record_run, script: str):
     return run, text, headline, advice
 
 
-def test_a_checkpoint_broken_by_a_side_effect_inside_compiled_code_names_the_break_and_the_config_that_removes_it(record_run):
+def test_a_checkpoint_broken_by_a_side_effect_inside_compiled_code_names_the_break_and_the_config_that_removes_it(record_run, tmp_path):
     """transformers' gradient checkpointing (a tiny Llama, HF Trainer with torch_compile and
     aot_eager: 133 pieces, 1,028 s of compile) calls the checkpoint inside the compiled forward, but
     its checkpointed layer sets a context variable: Dynamo breaks the graph inside the checkpoint
@@ -144,7 +144,8 @@ def test_a_checkpoint_broken_by_a_side_effect_inside_compiled_code_names_the_bre
     the checkpoint inside the compiled function with aot_eager, which the job already did.
     tests/scripts/checkpoint_side_effect.py is that shape (an attribute of an outer object set in the
     checkpointed function): the break is named where it is, and the config it names takes the
-    breaks and the pieces away, checked by recording the job with it."""
+    breaks and the pieces away, checked by recording the job with it; `cagtool checkpointing`
+    verifies that fix on the recorded job, re-run with the config set (the script unchanged)."""
     script = str(ROOT / "tests" / "scripts" / "checkpoint_side_effect.py")
     run, text, headline, advice = _ca_summary(record_run, script)
     assert ("the checkpoint runs in compiled code, but Dynamo broke the graph inside it (tests/scripts/checkpoint_side_effect.py:28), "
@@ -158,6 +159,20 @@ def test_a_checkpoint_broken_by_a_side_effect_inside_compiled_code_names_the_bre
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     after = mode_metrics(load_run(fixed.path).modes["ca"])
     assert pieces > 0 and after.ca_code_graphs.pieces == 0 and after.graph_breaks == 0, (pieces, after.ca_code_graphs, after.graph_breaks)
+    copy = shutil.copytree(run.path, tmp_path / "run")  # the session's recording is shared: measured in a copy
+    code, out, err = cli_in_process("checkpointing", str(copy), "--modes", "ca", "--format", "json", env={"CI": "true"}, cwd=ROOT)
+    assert code == 0, err[-3000:]
+    [measured] = json.loads(out)["modes"]
+    written, skipped = measured["checkpointed"], measured["side_effects_skipped"]
+    assert skipped["variant"] == "skip_side_effects" and skipped["status"] == "finished", skipped
+    assert written["graph_breaks"] == mode_metrics(load_run(run.path).modes["ca"]).graph_breaks > 0 and skipped["graph_breaks"] == 0, measured
+    assert measured["non_reentrant"] is None  # a non-reentrant checkpoint: that fix is not tried
+    from cagtool.report.checkpointing import checkpointing_lines
+
+    [line] = [line for line in checkpointing_lines(json.loads(out)) if "skip_fwd_side_effects_in_bwd_under_checkpoint" in line]
+    assert line.startswith(f"ca: a side effect broke the graph inside a checkpoint the compiled code calls, so it ran as eager "
+                           f"checkpointing does; fix torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True") \
+        and re.search(rf": {written['graph_breaks']} graph breaks, compile [\d.]+ s -> 0 graph breaks, compile [\d.]+ s: VERIFIED$", line), line
 
 
 def test_checkpoint_sequential_is_named_as_what_dynamo_does_not_trace_and_the_loop_that_does(record_run):

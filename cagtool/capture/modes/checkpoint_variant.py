@@ -2,7 +2,10 @@
 does (`cagtool checkpointing`): the job as written, but with `torch.utils.checkpoint.checkpoint`
 turned into a plain call of the checkpointed function (`plain`: nothing is recomputed, every
 activation is kept), or with its reentrant checkpoints made non-reentrant (`non_reentrant`:
-`use_reentrant=False`, the fix for reentrant checkpointing under compiled autograd). The user's
+`use_reentrant=False`, the fix for reentrant checkpointing under compiled autograd), or with
+Dynamo's `skip_fwd_side_effects_in_bwd_under_checkpoint` set (`skip_side_effects`: Dynamo traces a
+checkpoint whose function has a side effect as one region, not replaying the side effect in the
+backward's recompute; the fix where that side effect broke the graph inside it). The user's
 file is never touched: the variant is chosen by CHECKPOINT_VARIANT_ENV in the re-run's
 environment, and applied before the script runs, so `from torch.utils.checkpoint import
 checkpoint` in the script gets it. A run without the variable is the job as written."""
@@ -15,7 +18,10 @@ from typing import Any
 CHECKPOINT_VARIANT_ENV = "CAGTOOL_CHECKPOINT_VARIANT"
 VARIANT_PLAIN = "plain"
 VARIANT_NON_REENTRANT = "non_reentrant"
-VARIANTS = (VARIANT_PLAIN, VARIANT_NON_REENTRANT)
+VARIANT_SKIP_SIDE_EFFECTS = "skip_side_effects"
+VARIANTS = (VARIANT_PLAIN, VARIANT_NON_REENTRANT, VARIANT_SKIP_SIDE_EFFECTS)
+# What the skip_side_effects variant sets (torch 2.13's Dynamo config; docs/torch-internals.md).
+SIDE_EFFECTS_CONFIG = "skip_fwd_side_effects_in_bwd_under_checkpoint"
 # checkpoint()'s own keyword arguments: not the checkpointed function's
 _CHECKPOINT_KWARGS = ("use_reentrant", "context_fn", "determinism_check", "debug", "preserve_rng_state", "early_stop")
 
@@ -27,7 +33,13 @@ def requested() -> str | None:
 
 def apply(variant: str) -> None:
     """Replace torch.utils.checkpoint.checkpoint (the module's attribute, which checkpoint_sequential
-    calls too) by the variant, for the rest of the process."""
+    calls too) by the variant, for the rest of the process; or set the Dynamo config of
+    `skip_side_effects` (the job's own assignment of it, later, wins)."""
+    if variant == VARIANT_SKIP_SIDE_EFFECTS:
+        import torch._dynamo.config as dynamo_config
+
+        setattr(dynamo_config, SIDE_EFFECTS_CONFIG, True)
+        return
     import torch.utils.checkpoint as checkpoint_module
 
     original = checkpoint_module.checkpoint

@@ -1195,7 +1195,8 @@ def checkpoint_fix(table: RecompileTable) -> str:
     if "side effect" in found["reason"]:
         return (lead + "Move that side effect out of the checkpointed code; or, where it need not run again when the backward "
                 f"recomputes the forward, set `{SIDE_EFFECT_CONFIG}` before the compile: Dynamo then traces the checkpoint as one "
-                "region, AOTAutograd puts its recompute in the compiled backward, and the CA graph has no pieces.")
+                "region, AOTAutograd puts its recompute in the compiled backward, and the CA graph has no pieces "
+                "(`cagtool checkpointing` re-runs the job with it set and compares).")
     return lead + "Remove what breaks it there, and Dynamo traces the checkpoint as one region: the CA graph has no pieces."
 
 

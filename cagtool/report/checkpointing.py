@@ -39,7 +39,7 @@ class HeapHeld:
 class Side:
     """One re-run: its directory, status and what was read from its record."""
 
-    variant: str  # "as written" | VARIANT_PLAIN | VARIANT_NON_REENTRANT
+    variant: str  # "as written" | VARIANT_PLAIN | VARIANT_NON_REENTRANT | VARIANT_SKIP_SIDE_EFFECTS
     run: str
     status: str
     peak_rss_bytes: int | None

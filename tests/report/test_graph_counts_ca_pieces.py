@@ -175,6 +175,29 @@ def test_a_checkpoint_broken_by_a_side_effect_inside_compiled_code_names_the_bre
         and re.search(rf": {written['graph_breaks']} graph breaks, compile [\d.]+ s -> 0 graph breaks, compile [\d.]+ s: VERIFIED$", line), line
 
 
+def test_a_side_effect_in_a_librarys_checkpointed_code_is_fixed_by_the_config_not_moved():
+    """transformers 5's GradientCheckpointingLayer breaks the graph inside the checkpoint through a
+    context variable of the `kernels` package ("HOP: Unsafe side effect" at
+    kernels/_internals/layer/layer.py:507, an HF LoRA job under Trainer): the user cannot move a
+    library's side effect, so the advice is the config alone; the script's own side effect (the
+    test above) is told to move it first."""
+    from cagtool.report.recompiles.explain import checkpoint_fix
+    from cagtool.report.recompiles.table import RecompileTable
+
+    reason = ("HOP: Unsafe side effect\n  Explanation: Mutating a variable from outside the scope of this HOP is not supported.")
+    for root in ("/v/lib/python3.11/site-packages/", "/usr/lib/python3/dist-packages/"):
+        table = RecompileTable(mode="ca", rows=[], steps=4, last_step=3, cwd="/w",
+                               break_reasons={(root + "kernels/_internals/layer/layer.py", 507): reason})
+        advice = checkpoint_fix(table)
+        assert advice.startswith("The checkpoint is called inside compiled code, but Dynamo broke the graph inside it at "
+                                 "kernels/_internals/layer/layer.py:507 (\"HOP: Unsafe side effect\""), advice
+        assert ("The side effect is in kernels (a library's code, not yours): where it need not run again when the backward "
+                "recomputes the forward, set `torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True`") in advice, advice
+        assert "Move that side effect" not in advice and "`cagtool checkpointing` re-runs the job with it set" in advice, advice
+    table = RecompileTable(mode="ca", rows=[], steps=4, last_step=3, cwd="/w", break_reasons={("/w/train.py", 28): reason})
+    assert "Move that side effect out of the checkpointed code" in checkpoint_fix(table)
+
+
 def test_checkpoint_sequential_is_named_as_what_dynamo_does_not_trace_and_the_loop_that_does(record_run):
     """torch.utils.checkpoint.checkpoint_sequential inside the compiled forward (the checkpoint called
     in compiled code, as the usual advice asks): torch marks it skipped, Dynamo breaks at its call

@@ -244,6 +244,8 @@ def side_effects_line(m: ModeSaving) -> str | None:
     fixed = m.side_effects_skipped
     if fixed is None:
         return None
+    from cagtool.report.recompiles.explain import SIDE_EFFECT_CONFIG  # the fix in explain's words
+
     before = m.checkpointed
 
     def said(side: Side) -> str:
@@ -255,7 +257,7 @@ def side_effects_line(m: ModeSaving) -> str | None:
     verdict = ("VERIFIED" if fixed.status == "finished" and before.status == "finished" and fixed.graph_breaks is not None
                and before.graph_breaks is not None and fixed.graph_breaks < before.graph_breaks else "no effect")
     return (f"{m.mode}: a side effect broke the graph inside a checkpoint the compiled code calls, so it ran as eager "
-            "checkpointing does; fix torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True (the side "
+            f"checkpointing does; fix {SIDE_EFFECT_CONFIG} (the side "
             f"effect is not replayed when the backward recomputes the forward): {said(before)} -> {said(fixed)}: {verdict}")
 
 

@@ -586,8 +586,12 @@ _HOOK_OBJECT = re.compile(r"\bself\.|__self__|\bhooks\[|\b__closure__\[")
 
 
 def _package_of(file: str) -> str:
-    """The installed package a file belongs to (`deepspeed` of `.../site-packages/deepspeed/x.py`), "" if none."""
-    return file.split("site-packages/", 1)[1].split("/", 1)[0] if "site-packages/" in file else ""
+    """The installed package a file belongs to (`deepspeed` of `.../site-packages/deepspeed/x.py`, or
+    of a Debian Python's `.../dist-packages/deepspeed/x.py`), "" if none."""
+    for part in ("site-packages/", "dist-packages/"):
+        if part in file:
+            return file.split(part, 1)[1].split("/", 1)[0]
+    return ""
 
 
 def _library_hooks(table: RecompileTable, cause: Cause, guard: str) -> tuple[str, list[str]] | None:
@@ -1192,7 +1196,7 @@ def checkpoint_fix(table: RecompileTable) -> str:
     said = f"\"{found['reason']}\"" + (f": {found['explanation']}" if found["explanation"] else "")
     lead = (f"The checkpoint is called inside compiled code, but Dynamo broke the graph inside it at {found['where']} ({said}), so "
             "it ran as eager checkpointing does and its unpack hooks reached the compiled-autograd graph. ")
-    package = _package_of(found["file"]) or _package_of(found["file"].replace("/dist-packages/", "/site-packages/"))
+    package = _package_of(found["file"])
     if "side effect" in found["reason"] and package:
         # A library's side effect (transformers 5's GradientCheckpointingLayer through kernels'
         # context variable): not the user's to move; the config is what the user can set.

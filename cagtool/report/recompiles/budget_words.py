@@ -120,10 +120,12 @@ def budget_worth_saying(budget: ModeBudget) -> bool:
     return not budget.steady or any(f.hit is not None or f.forecast_step is not None for f in budget.frames)
 
 
-def phase_and_budget_lines(table: RecompileTable) -> list[str]:
+def phase_and_budget_lines(table: RecompileTable, explained: frozenset[str] = frozenset()) -> list[str]:
     """What `recompiles --explain` adds per mode: the recompiles in a phase one does not expect (a
-    checkpoint's recompute, a backward) with their step, function and line, and the recompile
-    budget when it matters (the JSON has every compile's phase and every frame's budget)."""
+    checkpoint's recompute, a backward) with their step, function and line, the recompile budget
+    when it matters (the JSON has every compile's phase and every frame's budget), and the causes
+    one may not expect of the recompiles no cause above it explains (`explained`: their compile ids;
+    the JSON lists every one)."""
     lines: list[str] = []
     noted = noted_recompiles(table.phases) if table.phases is not None else []
     if noted:
@@ -133,7 +135,7 @@ def phase_and_budget_lines(table: RecompileTable) -> list[str]:
     if table.budget is not None and budget_worth_saying(table.budget):
         lines.append("recompile budget:")
         lines += [f"  {line}" for line in budget_lines(table.budget, table.cwd)]
-    lines += unexpected_lines(table.unexpected, table.cwd)
+    lines += unexpected_lines([u for u in table.unexpected if u.compile_id not in explained], table.cwd)
     return lines
 
 

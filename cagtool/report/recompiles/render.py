@@ -363,7 +363,8 @@ def _what_it_says(explanation: Explanation, alerts: list[Words], causes: list[Wo
     steps = [()] * len(alerts) + [tuple(c.steps) for c in explanation.causes]
     words = tuple((w.title, tuple(w.why), tuple(w.fix), s) for w, s in zip([*alerts, *causes], steps))
     quiet = no_recompiles_text(table) if not explanation.causes and not explanation.alerts else ""
-    return (table.mode, counts, notes, words, quiet, tuple(phase_and_budget_lines(table)))
+    explained = frozenset(row.compile_id for cause in explanation.causes for row in cause.rows)
+    return (table.mode, counts, notes, words, quiet, tuple(phase_and_budget_lines(table, explained)))
 
 
 JSON_SCHEMA = "cagtool-recompiles"

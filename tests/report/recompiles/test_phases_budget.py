@@ -150,8 +150,13 @@ def test_thread_count_train_eval_and_grad_mode_are_named_with_their_lines(record
     assert "training == True" in train_eval["guard"] and train_eval["how"] == "called in the new state"
     assert grad["guard"].startswith("GLOBAL_STATE changed: grad_mode")
     text = " ".join(cagtool("recompiles", str(run), "--explain").stdout.split())
-    assert "0/1 at step 1: the intra-op thread count changed (torch.set_num_threads) (from" in text
-    assert "changed at sample_scripts/unexpected_causes.py" in text and "torch.set_num_threads(1)" in text
+    line = script_line('unexpected_causes.py', 'torch.set_num_threads(1)')
+    assert re.search(rf"The state was changed \(from \d+ to 1\) at sample_scripts/unexpected_causes\.py:{line} torch\.set_num_threads\(1\)", text), text
+    # each is said once, in its numbered block: not again as a cause one may not expect (the summary lists them)
+    assert "may not expect" not in text, text
+    summary = " ".join(cagtool("summary", str(run)).stdout.split())
+    assert "cause of 0/1 at step 1: the intra-op thread count changed (torch.set_num_threads) (from" in summary, summary
+    assert "changed at sample_scripts/unexpected_causes.py" in summary
 
 
 def test_the_budget_and_the_unexpected_causes_read_in_the_html_report_and_perfetto(record_run, tmp_path):

@@ -1732,6 +1732,14 @@ def ca_enable_dynamic_outside(source: SourceRef | None, cwd: str) -> str:
     return CA_ENABLE_DYNAMIC_OUTSIDE.replace("(a Trainer's fit() or train())", f"({here})", 1)
 
 
+def _backward_source(cause: Cause) -> SourceRef | None:
+    """The line that called the backward of a cause's recompiles where one of its rows names it (a
+    cause is tied to its most specific line, a Dynamo recompile's caller, which says nothing of who
+    called backward); else the cause's own line."""
+    return next((r.user_source for r in cause.rows if r.user_source is not None and r.user_source.how == "backward_call"),
+                cause.source)
+
+
 LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); HF Trainer: "
                   "TrainingArguments(dataloader_drop_last=True); slicing the data by hand, skip a chunk "
                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
@@ -2217,7 +2225,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # compiled autograd where the config flag turns it on (eval_frame.py, `call_compiled_autograd`).
     fix.append(
         "Start compiled autograd dynamic to skip the static first graph: `cagtool run --dynamic`; in the job, "
-        + (ca_enable_dynamic_outside(cause.source, cwd) + "." if facts.get("backward_outside_compiled") and not facts.get("ca_by_cagtool_only") else
+        + (ca_enable_dynamic_outside(_backward_source(cause), cwd) + "." if facts.get("backward_outside_compiled") and not facts.get("ca_by_cagtool_only") else
            "compiled_autograd._enable(compiler, dynamic=True)"
            + (" (the config flag never turns compiled autograd on in this job: see the note above)."
               if facts.get("ca_by_cagtool_only") else

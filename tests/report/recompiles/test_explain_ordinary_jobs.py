@@ -230,6 +230,11 @@ def test_compiled_autograd_started_dynamic_is_advised_by_enable_where_backward_r
         root = next(c for c in explanation.causes if c.caused_by is None and c.code == "changed_shapes")
         fixes[name] = next(f for f in cause_words(root, table.cwd).fix if f.startswith("Start compiled autograd dynamic"))
     assert "_enable(torch.compile(backend=...), dynamic=True)" in fixes["outside"], fixes["outside"]
+    # the script's own backward is named, though the cause's line is Dynamo's recompile's caller (the
+    # CA graph's code compiled again when the size came back): no Trainer's fit() in an eager loop
+    assert ("around the backward (here `nn.functional.mse_loss(model(x), y).backward()` at "
+            "tests/scripts/epochs_last_batch.py:15)") in fixes["outside"], fixes["outside"]
+    assert "Trainer" not in fixes["outside"], fixes["outside"]
     assert "torch.compile(..., dynamic=True) on the compiled function" not in fixes["outside"], fixes["outside"]
     assert "torch.compile(..., dynamic=True) on the compiled function that runs backward" in fixes["inside"], fixes["inside"]
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cagtool.capture.steps.grad_digest import CHECKSUM_PERIOD, GradDigests
-from cagtool.record.schema import REASON_EVERY, REASON_FIRST, REASON_RECOMPILE
+from cagtool.record.schema import REASON_EVERY, REASON_FIRST, REASON_RECOMPILE, REASON_SAME_AT_END
 
 
 @pytest.fixture
@@ -278,3 +278,33 @@ def test_a_complex_gradient_is_digested_from_its_real_and_imaginary_parts(digest
     assert event["max_abs"][0] == pytest.approx(float(torch.view_as_real(w.grad).abs().max()), rel=1e-6)
     assert event["checksum"][0] != pytest.approx(event["checksum"][1])  # the imaginary parts' signs differ
     assert event["dtypes"] == ["complex64", "complex64"] and event["numels"] == [12, 12]
+
+
+def test_a_last_step_digested_during_the_run_says_whether_its_gradients_were_the_same_at_the_end(digests):
+    """The last step digested in its optimizer's pre-hook (a recompile in it) is digested again at
+    the run's end: where nothing touched the gradients after the step it stands for both moments
+    (REASON_SAME_AT_END); a zero_grad after the step, or another backward, makes them differ."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(3, 4)).sum().backward()
+    digests.digest(5, [REASON_RECOMPILE], list(model.parameters()))
+    opt.step()  # SGD reads the gradients, never changes them
+    digests.check_at_end(5)
+    [kept] = digests.events()
+    assert kept["reasons"] == [REASON_RECOMPILE, REASON_SAME_AT_END]
+
+    other = GradDigests()
+    model(torch.randn(3, 4)).sum().backward()
+    other.digest(5, [REASON_RECOMPILE], list(model.parameters()))
+    opt.step()
+    opt.zero_grad()  # set_to_none: nothing held at the end
+    other.check_at_end(5)
+    [event] = other.events()
+    assert event["reasons"] == [REASON_RECOMPILE]
+    model(torch.randn(3, 4)).sum().backward()
+    third = GradDigests()
+    third.digest(5, [REASON_RECOMPILE], list(model.parameters()))
+    model(torch.randn(3, 4)).sum().backward()  # accumulated into after the digest
+    third.check_at_end(5)
+    assert third.events()[0]["reasons"] == [REASON_RECOMPILE]

@@ -440,3 +440,18 @@ def test_frozen_parameters_in_the_optimizer_are_not_counted_as_agreeing(record_r
     assert data["grad_parity"]["summary"].startswith(
         "gradients: the 2 modes agree on all 4 parameters at ") and data["grad_parity"]["summary"].endswith(
         "(2 more parameters without a gradient in any mode)")
+
+
+def test_a_last_step_one_mode_digested_during_the_run_and_another_at_its_end_is_compared_where_the_gradients_held(record_run):
+    """tests/scripts/last_batch_at_end.py: ca digests the last step (its short batch, a capture) in its
+    optimizer's pre-hook, eager at the run's end. The gradients were still the step's at the end (ca
+    digested them again there: the same numbers), so the step is compared, not left out as two moments."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "last_batch_at_end.py"), modes="eager,ca")
+    assert run.returncode == 0, run.stderr[-2000:]
+    reasons = {mode: {e["step"]: e["reasons"] for e in map(json.loads, (run.path / mode / "events.jsonl").read_text().splitlines())
+                      if e.get("kind") == "grad_digest"} for mode in ("eager", "ca")}
+    assert reasons["eager"][2] == ["last"] and reasons["ca"][2] == ["recompile", "last", "same_at_end"], reasons
+    ca = pair(parity_json(run), "ca")
+    assert ca["agrees"] and ca["steps"] == [0, 2], ca
+    text = cagtool("compare", str(run.path)).stdout
+    assert "at 2 digested steps (steps 0, 2;" in text and "not compared with eager" not in text, text

@@ -606,12 +606,15 @@ UNNAMED_TENSOR_PREFIX = "<unnamed tensor "
 
 # GradDigestEvent.reasons. A step digested only as the run's last (["last"]) was digested at the
 # run's end; any other was digested in an optimizer's step pre-hook, or, without an optimizer, where
-# the step's backward returned (capture/steps/grad_digest.py).
+# the step's backward returned (capture/steps/grad_digest.py). "same_at_end": the run's last step,
+# digested during the run, and its gradients digested again at the run's end were the same, number
+# for number: the digest stands for both moments.
 REASON_FIRST = "first"
 REASON_RECOMPILE = "recompile"
 REASON_EVERY = "every"
 REASON_EARLIER_MODE = "earlier_mode"
 REASON_LAST = "last"
+REASON_SAME_AT_END = "same_at_end"
 
 
 class GradDigestEvent(Event, tag="grad_digest"):
@@ -619,7 +622,8 @@ class GradDigestEvent(Event, tag="grad_digest"):
     the run (read back from the device then). Parallel lists, one item per parameter, named by
     module path; None where the parameter had no gradient. `reasons` says why the step was digested:
     first, recompile (a CA capture or Dynamo compile in the step), every (--parity-every),
-    earlier_mode (an earlier mode of the run digested it), last (the run's last step)."""
+    earlier_mode (an earlier mode of the run digested it), last (the run's last step), same_at_end
+    (the last step's gradients at the run's end were those digested during it)."""
 
     step: int
     reasons: list[str]

@@ -14,7 +14,9 @@ forward and backward run inside step(), in the closure, so its post-hook digests
 step 0, at every step in which a CA graph was captured or Dynamo compiled, every `every` steps
 (`cagtool run --parity-every K`), at the steps an earlier mode of the run digested (so later modes
 digest what earlier ones did), and at the end of the run for the last step when its gradients are
-still held. A step without an optimizer (backward-only: while none is alive each top-level backward
+still held; where the last step was digested during the run, its gradients are digested again at the
+end, and the digest says whether they were the same then (REASON_SAME_AT_END: it then stands for the
+run's end too, and compares with a mode that digested that step only there). A step without an optimizer (backward-only: while none is alive each top-level backward
 is a step, accumulation included, tracker.py) is digested at the same steps where its backward
 returns, from the parameters its graph accumulated gradients into (`after_backward`).
 
@@ -48,6 +50,7 @@ from cagtool.record.schema import (
     REASON_FIRST,
     REASON_LAST,
     REASON_RECOMPILE,
+    REASON_SAME_AT_END,
     UNNAMED_TENSOR_PREFIX,
 )
 
@@ -278,6 +281,8 @@ class GradDigests:
         self.armed = False  # a compile or capture since the last look (after_backward's `recompiled`)
         self.names = ParamNames()
         self._digests: dict[int, _Digest] = {}
+        # The last step digested again at the run's end (check_at_end), when it was digested during it.
+        self._at_end: dict[int, _Digest] = {}
         self._weights: dict[tuple[Any, Any], Any] = {}
         # id(param) -> its module path, looked up when the parameter is first digested: the model
         # may be gone by the end of the run (a script's main() returned), its parameters not (held).
@@ -289,6 +294,7 @@ class GradDigests:
     def restart(self) -> None:
         """A forked child starts its own record: the parent's digests are the parent's."""
         self._digests.clear()
+        self._at_end.clear()
         self.countdown = 0
         self.armed = False
 
@@ -349,14 +355,25 @@ class GradDigests:
     def digest(self, step: int, reasons: list[str], params: list[Any], optimizer: bool = True) -> None:
         """Digest the gradients of `params` as step `step`'s (`optimizer`: they are an optimizer's
         parameters; a tensor no module holds is then named as the optimizer's own)."""
-        import torch
-
         entry = self._digests.get(step)
         if entry is None:
             entry = self._digests[step] = _Digest(step, reasons)
         else:
             entry.reasons = list(dict.fromkeys(entry.reasons + reasons))
         entry.by_optimizer = entry.by_optimizer or optimizer
+        self._fill(entry, params, optimizer)
+
+    def check_at_end(self, step: int) -> None:
+        """The run ended with `step`, its last, digested during it: digest the same parameters'
+        gradients as they are held now; `events` adds REASON_SAME_AT_END where every number is
+        the same (a final zero_grad, or a backward after the last optimizer step, differs)."""
+        entry = self._digests.get(step)
+        if entry is not None and step not in self._at_end:
+            self._fill(self._at_end.setdefault(step, _Digest(step, [])), list(entry.params), optimizer=False)
+
+    def _fill(self, entry: _Digest, params: list[Any], optimizer: bool) -> None:
+        import torch
+
         # (device, dtype) -> the parameters and their gradients (a DTensor's: this rank's part,
         # sharded.py: reading the DTensor would be a collective in the job's step)
         by_group: dict[tuple[Any, Any], tuple[list[Any], list[Any]]] = {}
@@ -450,20 +467,30 @@ class GradDigests:
     def steps(self) -> list[int]:
         return sorted(self._digests)
 
+    @staticmethod
+    def _values(entry: _Digest) -> dict[int, tuple[float, float, float] | None]:
+        """A digest's numbers read back, by parameter (id): (norm, max-abs, checksum), or None."""
+        values: dict[int, tuple[float, float, float] | None] = {}
+        for group, stacked in entry.groups:
+            if stacked is None:
+                values[id(group[0])] = None
+                continue
+            rows = stacked.detach().cpu().tolist()
+            for i, p in enumerate(group):
+                values[id(p)] = (rows[0][i], rows[1][i], rows[2][i])
+        return values
+
     def events(self) -> list[dict[str, Any]]:
         """The digests read back (the run's one wait for the device, at its end), as the fields of
         GradDigestEvent, one per digested step."""
         out = []
         for step in sorted(self._digests):
             entry = self._digests[step]
-            values: dict[int, tuple[float, float, float] | None] = {}
-            for group, stacked in entry.groups:
-                if stacked is None:
-                    values[id(group[0])] = None
-                    continue
-                rows = stacked.detach().cpu().tolist()
-                for i, p in enumerate(group):
-                    values[id(p)] = (rows[0][i], rows[1][i], rows[2][i])
+            values = self._values(entry)
+            reasons = list(entry.reasons)
+            again = self._at_end.get(step)
+            if again is not None and self._values(again) == values:
+                reasons.append(REASON_SAME_AT_END)
             names, dtypes, numels, norms, maxes, sums, shards = [], [], [], [], [], [], []
             for index, p in enumerate(self._by_registration(entry.params)):
                 shards.append(is_shard(p))
@@ -475,7 +502,7 @@ class GradDigests:
                 norms.append(None if got is None else got[0])
                 maxes.append(None if got is None else got[1])
                 sums.append(None if got is None else got[2])
-            out.append({"step": step, "reasons": list(entry.reasons), "names": names, "dtypes": dtypes, "numels": numels,
+            out.append({"step": step, "reasons": reasons, "names": names, "dtypes": dtypes, "numels": numels,
                         "norm": norms, "max_abs": maxes, "checksum": sums, "shard": shards if any(shards) else None})
         return out
 

@@ -683,7 +683,8 @@ class StepTracker:
     def grad_digest_events(self) -> list[dict[str, Any]]:
         """The digests, for GradDigestEvent, with the run's last step digested from the gradients
         still held when it was not already (the grads of the open step when the run ended in
-        it after a backward, else of the last step that ended). None-only digests are left out."""
+        it after a backward, else of the last step that ended), and checked against them when it
+        was (grad_digest.py `check_at_end`). None-only digests are left out."""
         digests = self.digests
         if digests is None:
             return []
@@ -705,6 +706,7 @@ class StepTracker:
                 digests.digest(last, [REASON_LAST], params, optimizer=params is stepped)
         elif last is not None:
             digests.add_reason(last, REASON_LAST)
+            digests.check_at_end(last)
         return digests.events()
 
     def note_traced_backward(self) -> None:

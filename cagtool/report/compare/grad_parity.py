@@ -76,6 +76,7 @@ from cagtool.record.schema import (
     MODES,
     OPTIMIZER_TENSOR_PREFIX,
     REASON_LAST,
+    REASON_SAME_AT_END,
     UNNAMED_TENSOR_PREFIX,
     STEP_BOUNDARY_COMPILED_OPTIMIZER,
     TRACE_DIR,
@@ -480,6 +481,13 @@ def digested_at_end(record: ModeRecord) -> set[int]:
     return {event.step for event in record.of(GradDigestEvent) if event.reasons == [REASON_LAST]}
 
 
+def same_at_end(record: ModeRecord) -> set[int]:
+    """The last step where its digest, taken during the run, held at the run's end too (the
+    gradients digested again there were the same: REASON_SAME_AT_END); it compares with a digest
+    of either moment."""
+    return {event.step for event in record.of(GradDigestEvent) if REASON_SAME_AT_END in event.reasons}
+
+
 def _unique(names: list[str]) -> list[str]:
     """Parameters of two top-level modules can share a path ("weight"): the later ones are told
     apart by their place in the record's order ("weight (2)"), which for those is the order they
@@ -847,7 +855,9 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
         # step, its backward's return): two moments (what the script did to the gradients after the
         # step, a final zero_grad or a second model's backward, lies between them), not compared.
         ends, ref_ends = digested_at_end(rec), digested_at_end(ref_rec)
-        apart = sorted(s for s in set(digests) & set(ref_digests) if (s in ends) != (s in ref_ends))
+        both, ref_both = same_at_end(rec), same_at_end(ref_rec)
+        apart = sorted(s for s in set(digests) & set(ref_digests)
+                       if (s in ends) != (s in ref_ends) and s not in both and s not in ref_both)
         if apart:
             digests = {s: d for s, d in digests.items() if s not in apart}
             ref_digests = {s: d for s, d in ref_digests.items() if s not in apart}
@@ -859,7 +869,7 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
         else:
             apart_note = ""
         partial = _compiled_optimizer(rec) or _compiled_optimizer(ref_rec)
-        digests, ref_digests = held_by_both(digests, ref_digests, ends & ref_ends)
+        digests, ref_digests = held_by_both(digests, ref_digests, (ends | both) & (ref_ends | ref_both))
         pair = compare_digests(label, ref_label, digests, ref_digests, tol, partial=partial)
         if not pair.agrees and (compute := low_precision_compute(rec, ref_rec)) is not None:
             # Held to the precision the computation ran at, not the parameters' own (read only on a

@@ -107,3 +107,14 @@ def test_torchs_advice_is_verified_where_compiled_autograd_started_dynamic_is_ha
     # Its fewer compiles of the checkpoint's break are no break removed from the code.
     [breaks] = [r for r in pgo["reasons"] if r.startswith("graph breaks")]
     assert breaks.endswith("at the same site: the code breaks where it did, compiled fewer times"), breaks
+
+
+def test_a_long_list_in_a_re_runs_environment_is_cut_in_its_progress_line():
+    """A CA graph's torch-pgo list names hundreds of sources (pytorch/examples' fast_neural_style:
+    203): the progress line says the first few and the count, as the explanation does, not a
+    4,000-character line per re-run; a short list is said whole."""
+    from cagtool.verify.verification import _value_shown
+
+    long = ",".join(f"L['inputs'][{i}]" for i in range(203))
+    assert _value_shown(long) == "L['inputs'][0],L['inputs'][1],L['inputs'][2],L['inputs'][3],L['inputs'][4],L['inputs'][5],... (203 in all)"
+    assert _value_shown("L['x'],L['sizes'][0]") == "L['x'],L['sizes'][0]"

@@ -56,6 +56,7 @@ from cagtool.record.seal import check_job, sealed_module_file, with_document_sea
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.recompiles.explain import plural
+from cagtool.torch_text import PGO_SOURCES_SHOWN
 from cagtool.report.recompiles.verification import JUDGED, VERIFICATION_FILE, VERIFICATION_FORMAT, repetition_counts
 from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, SOURCE_DIGEST_ENV, SourceChanged, source_digest
 from cagtool.verify.fixes import Fix
@@ -666,6 +667,15 @@ def _claim_verify_dir(run_dir: Path, stamp: str) -> Path:
             suffix += 1
 
 
+
+def _value_shown(value: str) -> str:
+    """An environment value as the progress line says it: a list of more than a few items (torch's
+    TORCH_COMPILE_DYNAMIC_SOURCES for a CA graph: hundreds) cut to its first few and its count."""
+    items = value.split(",")
+    if len(items) <= PGO_SOURCES_SHOWN + 2:
+        return value
+    return ",".join(items[:PGO_SOURCES_SHOWN]) + f",... ({len(items)} in all)"
+
 def _shown(arg: str) -> str:
     """A path under the caller's working directory, as relative to it (what the user typed)."""
     if not os.path.isabs(arg):
@@ -939,7 +949,7 @@ def _verify_in(run: Any, run_dir: Path, work: Path, root: Path, mode: str, fixes
         argv = rerun_argv(run, mode, reps, out, fix)
         env = {**os.environ, **(fix.env if fix is not None else {})}
         env.pop(SOURCE_DIGEST_ENV, None)  # only what this verification checked
-        said = f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""
+        said = f"  ({', '.join(f'{k}={_value_shown(v)}' for k, v in fix.env.items())})" if fix and fix.env else ""
         script = Path(os.path.abspath(os.path.join(run.meta.cwd or ".", run.meta.target["name"])))
         env.update(checked_source_env(run))
         if fix is not None and fix.patch is not None and fix.patch.patched is not None:

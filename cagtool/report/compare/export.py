@@ -206,6 +206,8 @@ def grad_parity_json(parity: Any) -> dict[str, Any] | None:
                 "parted_at": p.parted_at,
                 # the losses parted at this step, before the first differing one, and the drift rule could not set it apart: counted
                 "after_parting": p.after_parting,
+                # ... where that step is the one the losses left round-off (growing), still within the tolerance
+                "parted_by_round_off": p.parted_by_round_off,
                 "verdict": p.verdict(),
             }
             for p in parity.pairs

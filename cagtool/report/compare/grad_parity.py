@@ -37,7 +37,10 @@ differ at a step from there on are of parameters that round-off amplified by tra
 moved apart: those steps are listed (`PairParity.drifted`), not counted as a disagreement. Where
 the rule cannot tell (the losses parted too soon, or at a jump), a first differing step at or after
 the parting still counts, said as of parameters already apart (`PairParity.after_parting`), with no
-swap, scale or sign read into it.
+swap, scale or sign read into it. So does one at or after the step the losses left round-off
+(1e-5, growing, not at a jump) where they never part beyond the tolerance: a short run under Adam,
+whose near-zero gradients (a bias before a normalization) it turns into full-size steps, moves the
+weights apart within a step or two while the losses still agree (`parted_by_round_off`).
 
 What a mismatch looks like (`ParamMismatch.kind`): `missing` (a gradient in one mode, None in the
 other), `zero` (zero in one, not in the other: a hook or a branch that ran in one mode only),
@@ -84,7 +87,7 @@ from cagtool.record.schema import (
     GradDigestEvent,
     StepEvent,
 )
-from cagtool.report.compare.drift import LossDrift, loss_drift
+from cagtool.report.compare.drift import DRIFT_RTOL, LossDrift, loss_drift
 from cagtool.report.figures.pooled import base_mode
 from cagtool.torch_text import in_torch_optim
 
@@ -210,6 +213,10 @@ class PairParity:
     # differ comes at or after it and the drift rule cannot set the difference apart: the gradients
     # of parameters that had already moved apart, still counted, no kind read into them.
     after_parting: int | None = None
+    # Where `after_parting` is the step the losses left round-off (DRIFT_RTOL, growing, not at a jump)
+    # rather than parted beyond the tolerance: a short run whose weights moved apart (Adam turns a
+    # near-zero gradient's round-off into full-size steps) while its losses still agree.
+    parted_by_round_off: bool = False
     # Parameters with no gradient on either side at every step compared (frozen but handed to the
     # optimizer, or not reached by the loss): not counted in `params` or `compared`.
     gradless: int = 0
@@ -273,7 +280,10 @@ class PairParity:
         before = [s for s in self.steps if s < self.after_parting]
         began = (f"every step compared before it agrees ({_steps(tuple(before))}): the difference began after step {before[-1]} "
                  f"and by step {self.after_parting}" if before else f"the difference began by step {self.after_parting}")
-        return (f"; that step comes after the losses parted (beyond rtol {FIRST_LOSS_RTOL:g} from step {self.after_parting}): "
+        parted = (f"the losses left round-off (beyond {DRIFT_RTOL:g} relative from step {self.after_parting}, growing, not at a "
+                  f"jump; within rtol {FIRST_LOSS_RTOL:g} all the same)" if self.parted_by_round_off else
+                  f"the losses parted (beyond rtol {FIRST_LOSS_RTOL:g} from step {self.after_parting})")
+        return (f"; that step comes after {parted}: "
                 f"gradients of parameters that had already moved apart, which say that the run went elsewhere, not where; "
                 f"{began}, where no step was digested in both (`cagtool run --parity-every K` digests every K steps)")
 
@@ -949,6 +959,16 @@ def _after_drift(pair: PairParity, drift: LossDrift, got: dict[int, dict[str, Di
     first DRIFT_STEPS steps agree within DRIFT_RTOL, a step among those was compared, and every step
     compared before the parting agrees; else `pair` as it is."""
     parted = drift.parted_at
+    if parted is None and drift.left_tight and not drift.jumped and pair.first_bad_step is not None:
+        # The losses stayed within the tolerance but left round-off, growing, before the first
+        # differing step (a short chaotic run): that step's gradients are of parameters already
+        # apart. Still counted (too few steps for the drift rule), said so, no kind read into it.
+        left = FIRST_STEP + drift.tight_steps
+        if pair.first_bad_step < left or not any(s < left for s in pair.steps):
+            return pair
+        kept = (MISSING, ZERO, NONFINITE)
+        return replace(pair, first_bad=tuple(m if m.kind in kept else replace(m, kind=DIFFERS, other="") for m in pair.first_bad),
+                       after_parting=left, parted_by_round_off=True)
     if parted is None or pair.first_bad_step is None or pair.first_bad_step < parted:
         return pair
     if not drift.may_be_drift or not any(drift.in_window(step) for step in pair.steps):

@@ -16,9 +16,10 @@ step 0, at every step in which a CA graph was captured or Dynamo compiled, every
 digest what earlier ones did), and at the end of the run for the last step when its gradients are
 still held; where the last step was digested during the run, its gradients are digested again at the
 end, and the digest says whether they were the same then (REASON_SAME_AT_END: it then stands for the
-run's end too, and compares with a mode that digested that step only there). A step without an optimizer (backward-only: while none is alive each top-level backward
-is a step, accumulation included, tracker.py) is digested at the same steps where its backward
-returns, from the parameters its graph accumulated gradients into (`after_backward`).
+run's end too, and compares with a mode that digested that step only there). A step without an
+optimizer (backward-only: while none is alive each top-level backward is a step, accumulation
+included, tracker.py) is digested at the same steps where its backward returns, from the parameters
+its graph accumulated gradients into (`after_backward`).
 
 Cost: the hook's usual path is one decrement and one comparison (`countdown`; the backward's hook
 looks only while no optimizer is alive, so a job with one pays nothing more); a due step launches

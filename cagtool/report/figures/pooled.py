@@ -399,9 +399,14 @@ def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:
     stalls = [r.stall_s for _, r in read]
     # A repetition that ran beside others makes the side's waits no longer all its own: the largest.
     others = [r.others_cores for _, r in read]
+    # The side's figure is the median of its processes' (each process one unit of evidence), and
+    # so is its load: the median of each repetition's own median-step slowdown. Pooled over every
+    # step instead, a side whose processes were loaded in 2 of 3 (their steady steps 5-20x slower,
+    # the third's as quiet as the baseline's) read no load at all, and its figure "slower".
+    slowdowns = [r.median_slowdown for _, r in read]
     return CpuWait(sum(r.wait_s for _, r in read), sum(r.run_s for _, r in read), sum(r.window_s for _, r in read),
                    stall_s=sum(stalls) if all(s is not None for s in stalls) else None,  # type: ignore[misc]
-                   median_slowdown=median_slowdown([record for record, _ in read]),
+                   median_slowdown=statistics.median(slowdowns) if None not in slowdowns else None,  # type: ignore[type-var]
                    median_runnable=median_runnable([record for record, _ in read]),
                    median_parallel=median_parallel([record for record, _ in read]),
                    others_cores=max(others) if None not in others else None)  # type: ignore[type-var]

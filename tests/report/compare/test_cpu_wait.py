@@ -351,6 +351,31 @@ def test_a_load_that_came_and_went_is_weighed_by_the_steps_it_slowed(tmp_path):
     assert words.startswith("ca waited for a CPU 0% of its runnable time at its median step (44% over its steps' span), aot 80% at its median step (76% over")
 
 
+def test_a_sides_load_is_its_processes_median_load_as_its_figure_is_their_median(tmp_path):
+    """Each process is one unit of evidence: a side's figure is the median of its processes', and so
+    is its load. Two of three processes ran beside a neighbour for most of their steps (their median
+    steps 5x their quiet ones) and the third on a quiet machine: the side's load is 5x, not the 1.0x
+    of the median over all their steps pooled (a verify re-run read "steady step slower, 0.28x"
+    where two of its three processes had a neighbour taking a core: now "load differed")."""
+    from cagtool.record.manifest import mode_manifest_from_dict
+    from cagtool.report.figures.metrics import median_slowdown
+    from cagtool.report.figures.pooled import _pooled_cpu_wait
+
+    manifest = mode_manifest_from_dict({
+        "mode": "ca", "argv": ["train.py"], "target": {"kind": "script", "name": "train.py"}, "cwd": "/", "versions": {},
+        "backend": "eager", "dynamic": False, "started_at": "2026-01-01T00:00:00+00:00", "status": "finished", "exit_code": 0,
+    })
+    loaded = [_bursty_record(tmp_path / f"loaded{i}", 40, 60, manifest) for i in range(2)]
+    quiet = _bursty_record(tmp_path / "quiet", 100, 0, manifest)
+    assert [cpu_wait(r).slowdown for r in (*loaded, quiet)] == [pytest.approx(5.0), pytest.approx(5.0), pytest.approx(1.0)]
+    assert median_slowdown([*loaded, quiet]) == pytest.approx(1.0)  # 120 loaded steps of 300: the pooled median step is quiet
+    side = _pooled_cpu_wait([*loaded, quiet])
+    assert side is not None and side.slowdown == pytest.approx(5.0)
+    assert _pooled_cpu_wait([loaded[0], quiet, quiet]).slowdown == pytest.approx(1.0)  # one loaded process of three: the median's quiet
+    slower = Speedup("ca", "aot", 0.28, 0.09, 0.97, steady_steps=(6, 6), load_factor=1.0 / side.slowdown)
+    assert slower.verdict == LOAD_DIFFERED
+
+
 def test_a_step_that_sleeps_most_of_its_time_waited_only_in_its_runnable_part(tmp_path):
     """Steps of 50 ms whose threads were runnable 10 ms of each (5 on a CPU, 5 waiting for one; the
     rest a sleep: data, a device): the median step waited half its runnable time, a tenth of its

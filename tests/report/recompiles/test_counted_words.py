@@ -148,10 +148,20 @@ def test_one_thread_count_change_is_one_cause_and_its_fix_is_concrete(record_run
     code, text, _ = cli_in_process("recompiles", str(run), "--explain")
     assert code == 0
     text = " ".join(text.split())
-    # the script's own call, as the module before torch.compile; the grad mode's reason says not which
-    # way it went, so the module alone
-    assert "Fix (train/eval): for an evaluation, evaluate with the uncompiled module (`compiled._orig_mod(torch.randn(4, 8))`" in text
-    assert "Fix (grad mode): evaluate with the uncompiled module (`compiled._orig_mod(...)` at the evaluation's call, grad still off there)" in text
+    # the script's own call, as the module before torch.compile, in each cause's own block (said once:
+    # not again among causes one may not expect)
+    assert ("To skip even that compile, evaluate with the module as it was before torch.compile "
+            "(`compiled._orig_mod(torch.randn(4, 8))`; `.eval()` and `.train()` on either switch the same modules") in text
+    assert "(`compiled._orig_mod(torch.randn(4, 8))` under torch.no_grad())" in text and "may not expect" not in text
+    # the report's list of those causes: the grad mode's reason says not which way it went, so the module alone
+    from cagtool.record.loader import load_run
+    from cagtool.report.recompiles.table import recompile_table
+    from cagtool.report.recompiles.unexpected import unexpected_lines
+
+    table = recompile_table(load_run(run).modes["ca"])
+    listed = " ".join(" ".join(unexpected_lines(table.unexpected, table.cwd)).split())
+    assert "Fix (train/eval): for an evaluation, evaluate with the uncompiled module (`compiled._orig_mod(torch.randn(4, 8))`" in listed
+    assert "Fix (grad mode): evaluate with the uncompiled module (`compiled._orig_mod(...)` at the evaluation's call, grad still off there)" in listed
     headline = _headline(run)["text"]
     # The line that changed the thread count is the cause; the others' lines are the compiled calls, said so.
     assert headline.startswith("4 Dynamo recompiles in 5 steps, from 3 causes (#1, #3 and #4 in --explain; #2 follows from them): global state changed (`num_threads`) at step 1 "

@@ -32,6 +32,13 @@ def _explained(record_run, script: str, *args: str) -> tuple[Explanation, str]:
     return explain(table), table.cwd
 
 
+def _unexpected_text(path: Path) -> str:
+    """The ca mode's lines of causes one may not expect, as the report's page and `summary` list them
+    (`recompiles --explain` says each in its numbered block instead), whitespace joined."""
+    table = recompile_table(load_run(path).modes["ca"])
+    return " ".join(" ".join(unexpected_lines(table.unexpected, table.cwd)).split())
+
+
 def _all_words(explanation: Explanation, cwd: str) -> list[tuple[str, str, str]]:
     """(title, why, fixes) of every cause, each joined."""
     out = []
@@ -119,9 +126,8 @@ def test_an_evaluation_outside_the_trainings_autocast_names_both_changes(record_
     assert "one compile per grad mode" in why and "autocast was on around one of the two calls and off around the other" in why
     assert fixes.startswith("Nothing to fix") and "model._orig_mod(held_out)" in fixes
     run = record_run("eval_no_grad.py", "--autocast")
-    text = cagtool_in_process("recompiles", str(run.path), "--explain").stdout
     assert ("(training, and an evaluation under torch.no_grad or torch.inference_mode, call the same compiled code) "
-            "(`autocast(cpu)_enabled` changed with it)") in " ".join(text.split())
+            "(`autocast(cpu)_enabled` changed with it)") in _unexpected_text(run.path)
     line = cagtool_in_process("summary", str(run.path)).stdout.splitlines()[0]
     assert f"and `autocast(cpu)_enabled` with it between steps 2 and 3 (the compiled call at eval_no_grad.py:{_evaluation_line()})" in line
     # Without autocast the same cause names the grad mode alone.
@@ -165,8 +171,10 @@ def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_
     text = " ".join(cagtool_in_process("recompiles", str(run.path), "--explain").stdout.split())
     assert "(1 recompile), between steps 3 and 4 (grad off: an evaluation, not a training step)" in text
     assert "(a Dropout) was switched to eval() (1 recompile), step 4" in text
-    assert "0/2 between steps 3 and 4: grad mode changed around the compiled call" in text and "0/1 at step 4: a module switched" in text
-    assert "Fix (train/eval): for an evaluation, evaluate with the uncompiled module (`cmodel._orig_mod(x)`, or the model" in text
+    unexpected = _unexpected_text(run.path)
+    assert "0/2 between steps 3 and 4: grad mode changed around the compiled call" in unexpected and "0/1 at step 4: a module switched" in unexpected
+    assert "Fix (train/eval): for an evaluation, evaluate with the uncompiled module (`cmodel._orig_mod(x)`, or the model" in unexpected
+    assert "may not expect" not in text  # --explain says each in its own block
     # The table's step column says the same: "after 3" for the evaluation's, its stamp for the eval() switch's.
     cells = {c[2]: c[1] for c in table_cells(recompile_table(load_run(run.path).modes["ca"]))}
     assert cells["Dynamo 0/2"] == "after 3" and cells["Dynamo 0/1"] == "4"
@@ -177,7 +185,7 @@ def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_
     assert len([line for line in summary if line.startswith("recompile 0/2 ")]) == 1, summary
     assert any(line.startswith("cause of 0/2 between steps 3 and 4: grad mode changed around the compiled call") for line in summary), summary
     # the grad mode's reason says not which way it went: the module is named, not the line's arguments
-    assert "Fix (grad mode): evaluate with the uncompiled module (`cmodel._orig_mod(...)` at the evaluation's call, grad still off there)" in text
+    assert "Fix (grad mode): evaluate with the uncompiled module (`cmodel._orig_mod(...)` at the evaluation's call, grad still off there)" in unexpected
     # eval_no_grad.py's evaluation under torch.no_grad() is read as no_grad from the same evidence
     plain = recompile_table(load_run(record_run("eval_no_grad.py").path).modes["ca"])
     assert set(plain.inference_modes.values()) == {False}
@@ -233,8 +241,7 @@ def test_an_evaluation_under_inference_mode_after_one_under_no_grad_is_no_dtype_
     fixes = " ".join(words.fix)
     assert "evaluate under one context everywhere: torch.no_grad() for every evaluation" in fixes
     assert "Pass tensors of one dtype and device" not in fixes
-    text = " ".join(cagtool_in_process("recompiles", str(record_run(script).path), "--explain").stdout.split())
-    assert "Fix (inference mode): evaluate under one context everywhere" in text
+    assert "Fix (inference mode): evaluate under one context everywhere" in _unexpected_text(record_run(script).path)
 
 
 def test_an_optional_argument_given_as_none_or_a_tensor_is_one_cause_and_a_value_changed_beside_it_another(record_run):
@@ -317,8 +324,9 @@ def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):
     assert "getattr" not in next(line for line in patch.patched.splitlines() if "mse_loss(" in line)  # training's call is left compiled
     # the unexpected causes' fix never offers the training call's arguments as the evaluation's
     text = " ".join(cagtool_in_process("recompiles", str(run.path), "--explain").stdout.split())
-    assert "Fix (grad mode): evaluate with the uncompiled module (`model._orig_mod(...)` at the evaluation's call" in text
-    assert "model._orig_mod(x)" not in text
+    unexpected = _unexpected_text(run.path)
+    assert "Fix (grad mode): evaluate with the uncompiled module (`model._orig_mod(...)` at the evaluation's call" in unexpected
+    assert "model._orig_mod(x)" not in text and "model._orig_mod(x)" not in unexpected
     # The loop evaluating after training: the other way round, from the same kind of evidence.
     plain = recompile_table(load_run(record_run("eval_no_grad.py").path).modes["ca"])
     assert set(plain.grad_modes.values()) == {False}

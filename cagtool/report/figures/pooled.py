@@ -386,7 +386,30 @@ def _column_on(column: ModeColumn, processes: tuple[ProcessSteps, ...]) -> ModeC
     times = np.sort(np.concatenate([np.asarray(p.times, dtype=float) for p in processes])).tolist()
     stats = replace(stats_of_intervals(times, list(column.step_time.excluded), column.step_time.first_step_s, clock, presorted=True),
                     interrupted=column.step_time.interrupted, interruptions=column.step_time.interruptions)
-    return replace(column, processes=processes, timing=timing_sample(processes, clock), step_time=stats)
+    # The load on the steps the figure now rests on: a step left out may be the one a neighbour slowed.
+    wait, slowdown = column.cpu_wait, processes_slowdown(processes)
+    if wait is not None and slowdown is not None:
+        wait = replace(wait, median_slowdown=slowdown)
+    return replace(column, processes=processes, timing=timing_sample(processes, clock), step_time=stats, cpu_wait=wait)
+
+
+def processes_slowdown(processes: Sequence[ProcessSteps]) -> float | None:
+    """What waiting for a CPU made of a side's figure, as metrics.median_slowdown reads it for one
+    process (its median step's time over the median of its steps' times less their waits), for each
+    process on the steps it keeps, and the median over the processes (each one unit of evidence, as
+    the side's figure is the median of theirs). None where a process has no waits per step."""
+    import numpy as np
+
+    found = []
+    for process in processes:
+        if process.wait_share is None or len(process.times) == 0 or len(process.wait_share) != len(process.times):
+            return None
+        wall = np.asarray(process.times, dtype=float)
+        idle = float(np.median(wall * (1.0 - np.asarray(process.wait_share, dtype=float))))
+        if idle <= 0:
+            return None
+        found.append(float(np.median(wall)) / idle)
+    return statistics.median(found) if found else None
 
 
 def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:

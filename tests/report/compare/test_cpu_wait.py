@@ -376,6 +376,37 @@ def test_a_sides_load_is_its_processes_median_load_as_its_figure_is_their_median
     assert slower.verdict == LOAD_DIFFERED
 
 
+def test_a_sides_load_is_read_on_the_steps_its_figure_rests_on():
+    """Compared on the steps steady in both sides, a process keeps two of its four: the load is read
+    on those two, where the figure is. A verify re-run whose processes had a neighbour at the step
+    kept (step 1: 0.53 s against 0.10 s quiet, half of it waiting) and none at the steps only it held
+    read "steady step slower, 0.36x" with no load seen over its four steps; on its two, the
+    neighbour's load is there (metrics.median_slowdown's rule, per process, then their median)."""
+    from cagtool.report.figures.intervals import ProcessSteps
+    from cagtool.report.figures.pooled import keeping, processes_slowdown
+
+    loaded = [ProcessSteps(i, [0.53, 0.11, 0.10, 0.07], wait_share=[0.5, 0.0, 0.0, 0.0], steps=[1, 3, 4, 5]) for i in (1, 2)]
+    quiet = ProcessSteps(3, [0.14, 0.10, 0.11, 0.07], wait_share=[0.0] * 4, steps=[1, 3, 4, 5])
+    assert processes_slowdown([*loaded, quiet]) == pytest.approx(1.0)  # over all four steps: the median step is quiet
+    kept = [keeping(p, [1, 4]) for p in (*loaded, quiet)]
+    assert [list(p.times) for p in kept] == [[0.53, 0.10], [0.53, 0.10], [0.14, 0.11]]
+    # each loaded process: median 0.315 s, 0.1825 s without its waits; the quiet one 1.0: their median
+    assert processes_slowdown(kept) == pytest.approx(0.315 / 0.1825)
+    assert processes_slowdown([ProcessSteps(1, [0.1, 0.2])]) is None  # no waits per step: not measured
+    # Two sides put on their common steps carry that load (the fix's side kept steps 1 and 4, the baseline's)
+    from cagtool.report.figures.metrics import stats_of_intervals
+    from cagtool.report.figures.pooled import ModeColumn, on_common_steps
+
+    def column(processes):
+        times = sorted(t for p in processes for t in p.times)
+        return ModeColumn("ca", tuple(f"ca.{p.block}" for p in processes), None, stats_of_intervals(times, [], None, "wall"),
+                          cpu_wait=CpuWait(0.0, 1.0, 1.0, median_slowdown=processes_slowdown(processes)), processes=tuple(processes))
+
+    baseline = [ProcessSteps(i, [0.11, 0.12, 0.10], wait_share=[0.0] * 3, steps=[1, 2, 4]) for i in (1, 2, 3)]
+    fixed, base, left_out = on_common_steps(column([*loaded, quiet]), column(baseline))
+    assert left_out == (2, 3, 5) and fixed.cpu_wait.slowdown == pytest.approx(0.315 / 0.1825) and base.cpu_wait.slowdown == pytest.approx(1.0)
+
+
 def test_a_step_that_sleeps_most_of_its_time_waited_only_in_its_runnable_part(tmp_path):
     """Steps of 50 ms whose threads were runnable 10 ms of each (5 on a CPU, 5 waiting for one; the
     rest a sleep: data, a device): the median step waited half its runnable time, a tenth of its

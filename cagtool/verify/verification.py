@@ -667,7 +667,6 @@ def _claim_verify_dir(run_dir: Path, stamp: str) -> Path:
             suffix += 1
 
 
-
 def _value_shown(value: str) -> str:
     """An environment value as the progress line says it: a list of more than a few items (torch's
     TORCH_COMPILE_DYNAMIC_SOURCES for a CA graph: hundreds) cut to its first few and its count."""
@@ -675,6 +674,7 @@ def _value_shown(value: str) -> str:
     if len(items) <= PGO_SOURCES_SHOWN + 2:
         return value
     return ",".join(items[:PGO_SOURCES_SHOWN]) + f",... ({len(items)} in all)"
+
 
 def _shown(arg: str) -> str:
     """A path under the caller's working directory, as relative to it (what the user typed)."""

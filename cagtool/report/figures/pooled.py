@@ -35,7 +35,6 @@ from cagtool.report.figures.metrics import (
     not_times,
     median_parallel,
     median_runnable,
-    median_slowdown,
     mode_metrics,
     record_step_intervals,
     stats_of_intervals,

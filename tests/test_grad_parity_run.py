@@ -56,8 +56,12 @@ def test_swapped_gradients_that_cancel_in_the_global_norm_are_named(record_run):
     run = record_run(MISMATCH, "--kind", "swap", modes="eager,aot")
     assert run.returncode == 0, run.stderr
     data = parity_json(run)
-    # The loss and the global norms agree: only the per-parameter digests see it.
+    # The loss and the global norms agree: only the per-parameter digests see it, and the summary's
+    # first line says so rather than "numerics agree".
     assert data["numerics"]["agree"]
+    first = " ".join(cagtool("summary", str(run.path)).stdout.split("\ncagtool run ")[0].split())  # the headline, however wrapped
+    assert "losses agree but gradients DIFFER: aot from eager first at step 0, in 4 of 6 parameters" in first, first
+    assert "numerics agree" not in first
     aot = pair(data, "aot")
     assert aot["first_bad_step"] == 0
     swapped = {(m["name"], m["other"]) for m in aot["first_bad"] if m["kind"] == "swapped"}

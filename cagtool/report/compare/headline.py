@@ -640,6 +640,24 @@ def _failure_blame(comparison: Comparison) -> str:
             f"more {short} than eager, or the machine had less when it ran)")
 
 
+def _gradients_differ(comparison: Comparison) -> str:
+    """Where the losses and final norms agree but a mode's gradients differ from the reference's,
+    parameter by parameter (grad_parity.py): the first such mode, its first step and how many
+    parameters, and whether that step came after the losses left round-off; "" where none differs."""
+    parity = comparison.grad_parity
+    bad = parity.disagreements if parity is not None else []
+    if not bad:
+        return ""
+    pair = bad[0]
+    also = f" (and {' and '.join(p.record for p in bad[1:])})" if len(bad) > 1 else ""
+    after = ""
+    if pair.after_parting is not None:
+        left = "left round-off" if pair.parted_by_round_off else "parted"
+        after = f", after the losses {left} at step {pair.after_parting}: of parameters already apart"
+    return (f"losses agree but gradients DIFFER: {pair.record}{also} from {pair.reference} first at step {pair.first_bad_step}, "
+            f"in {len(pair.first_bad)} of {pair.params} parameters{after} (`cagtool compare` names them)")
+
+
 def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None, explanation: "Explanation | None" = None) -> Headline:
     """For one run: the ca speed against torch.compile alone (else against eager), its recompiles,
     whether the numerics agree, and any mode that failed. `explanation`: the ca mode's recompile
@@ -821,7 +839,13 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             # A mode that failed before it recorded a value is in no pair: the agreement is the others'.
             compared = {d.record.split(".")[0] for d in numerics.diffs} | {numerics.reference}
             left = [m for m in comparison.modes if m not in compared]
-            if left:
+            gradients = _gradients_differ(comparison)
+            if gradients:
+                # Losses and final norms agree, the per-parameter check does not (swapped gradients
+                # cancel in every norm): "numerics agree" alone would hide what `compare` lists.
+                phrases.append(gradients)
+                tones.append(BAD)
+            elif left:
                 phrases.append(f"numerics agree between {' and '.join(m for m in comparison.modes if m in compared)} "
                                f"({' and '.join(left)} not compared: no values recorded)")
             else:

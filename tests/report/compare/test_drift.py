@@ -220,6 +220,11 @@ def test_a_short_run_whose_losses_left_round_off_growing_before_a_differing_step
     assert "the difference began after step 0 and by step 3" in pair.verdict()
     assert grad_parity_result(short_run(ca_losses), 1.0).outcome == Outcome.FAIL  # counted: the rule cannot call it drift
     assert comparison_to_json(comparison)["grad_parity"]["pairs"][0]["parted_by_round_off"] is True
+    # The headline says so too: the losses agree, so "numerics agree" alone would hide it.
+    headline = run_headline(comparison)
+    assert ("losses agree but gradients DIFFER: ca from eager first at step 5, in 3 of 3 parameters, after the losses left "
+            "round-off at step 3: of parameters already apart (`cagtool compare` names them)") in headline.text, headline.text
+    assert "numerics agree" not in headline.text and headline.tone == "bad"
     # Leaving round-off at a jump (a change at step 3) is said as nothing of the kind.
     jumped = [*ca_losses[:3], 64345.1 * (1 + 5e-4), 61365.1 * (1 + 6e-4), 58680.2 * (1 + 7e-4)]
     [pair] = compare_modes(short_run(jumped)).grad_parity.pairs

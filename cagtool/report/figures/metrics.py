@@ -1679,9 +1679,15 @@ def median_slowdown(records: list[ModeRecord]) -> float | None:
     found = [step_waits(record) for record in records]
     if not found or any(f is None for f in found):
         return None
-    wall = np.concatenate([f[0] for f in found])  # type: ignore[index]
-    share = np.concatenate([f[1] for f in found])  # type: ignore[index]
-    idle = float(np.median(wall * (1.0 - share)))
+    return slowdown_of(np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found]))  # type: ignore[index]
+
+
+def slowdown_of(wall: Any, share: Any) -> float | None:
+    """The median of the steps' wall times over the median of the same steps without their wait for
+    a CPU (wall x (1 - share)), numpy arrays; None where that is no time."""
+    import numpy as np
+
+    idle = float(np.median(np.asarray(wall, dtype=float) * (1.0 - np.asarray(share, dtype=float))))
     return float(np.median(wall)) / idle if idle > 0 else None
 
 

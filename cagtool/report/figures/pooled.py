@@ -37,6 +37,7 @@ from cagtool.report.figures.metrics import (
     median_runnable,
     mode_metrics,
     record_step_intervals,
+    slowdown_of,
     stats_of_intervals,
     steady_cpu_seconds,
     steady_step_numbers,
@@ -397,17 +398,14 @@ def processes_slowdown(processes: Sequence[ProcessSteps]) -> float | None:
     process (its median step's time over the median of its steps' times less their waits), for each
     process on the steps it keeps, and the median over the processes (each one unit of evidence, as
     the side's figure is the median of theirs). None where a process has no waits per step."""
-    import numpy as np
-
     found = []
     for process in processes:
         if process.wait_share is None or len(process.times) == 0 or len(process.wait_share) != len(process.times):
             return None
-        wall = np.asarray(process.times, dtype=float)
-        idle = float(np.median(wall * (1.0 - np.asarray(process.wait_share, dtype=float))))
-        if idle <= 0:
+        slowdown = slowdown_of(process.times, process.wait_share)
+        if slowdown is None:
             return None
-        found.append(float(np.median(wall)) / idle)
+        found.append(slowdown)
     return statistics.median(found) if found else None
 
 

@@ -1196,16 +1196,13 @@ def checkpoint_fix(table: RecompileTable) -> str:
     said = f"\"{found['reason']}\"" + (f": {found['explanation']}" if found["explanation"] else "")
     lead = (f"The checkpoint is called inside compiled code, but Dynamo broke the graph inside it at {found['where']} ({said}), so "
             "it ran as eager checkpointing does and its unpack hooks reached the compiled-autograd graph. ")
-    package = _package_of(found["file"])
-    if "side effect" in found["reason"] and package:
-        # A library's side effect (transformers 5's GradientCheckpointingLayer through kernels'
-        # context variable): not the user's to move; the config is what the user can set.
-        return (lead + f"The side effect is in {package} (a library's code, not yours): where it need not run again when the backward "
-                f"recomputes the forward, set `{SIDE_EFFECT_CONFIG}` before the compile: Dynamo then traces the checkpoint as one "
-                "region, AOTAutograd puts its recompute in the compiled backward, and the CA graph has no pieces "
-                "(`cagtool checkpointing` re-runs the job with it set and compares).")
     if "side effect" in found["reason"]:
-        return (lead + "Move that side effect out of the checkpointed code; or, where it need not run again when the backward "
+        # A library's side effect (transformers 5's GradientCheckpointingLayer through kernels'
+        # context variable) is not the user's to move: the config is what the user can set.
+        package = _package_of(found["file"])
+        first = (f"The side effect is in {package} (a library's code, not yours): where" if package else
+                 "Move that side effect out of the checkpointed code; or, where")
+        return (lead + f"{first} it need not run again when the backward "
                 f"recomputes the forward, set `{SIDE_EFFECT_CONFIG}` before the compile: Dynamo then traces the checkpoint as one "
                 "region, AOTAutograd puts its recompute in the compiled backward, and the CA graph has no pieces "
                 "(`cagtool checkpointing` re-runs the job with it set and compares).")

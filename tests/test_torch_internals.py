@@ -1461,3 +1461,79 @@ def test_a_compiled_method_called_on_an_instance_with_other_parameter_sizes_reco
         torch._dynamo.reset()
     assert [wrapped_module(tree, "self") for tree in trees] == [
         ("Layer", "bias:[4]", "weight:[4, 6]"), ("Layer", "bias:[4]", "weight:[4, 4]")]
+
+
+def _autograd_node_names(root) -> list[str]:
+    seen, stack, names = set(), [root], []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(type(node).__name__)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+def test_on_cpu_a_gru_records_a_cell_per_time_step_an_lstm_one_node_and_ctc_saves_its_lengths_as_integers():
+    """What explain's words for a speech model rest on (explain.py RNN_CELL_NODE, CTC_LENGTHS_NODE):
+    an eager nn.GRU or nn.RNN on CPU records one AddmmBackward0 per time step (its input's matmul
+    is one node for all steps), an nn.LSTM one MkldnnRnnLayerBackward0 a layer, whatever the length;
+    Dynamo breaks on the module ("Attempted to wrap RNN, GRU, or LSTM"). nn.CTCLoss's node is
+    CtcLossBackward0, whose lengths compiled autograd keys on (a capture per set of target lengths);
+    aten::_ctc_loss.Tensor's is CtcLossBackward1, whose length tensors it lifts (one capture), with
+    the same loss as nn.CTCLoss with zero_infinity and the 'mean' reduction done by hand."""
+    from cagtool.report.recompiles.explain import CTC_LENGTHS_NODE, RNN_CELL_NODE
+    from cagtool.report.recompiles.table import RNN_MODULE_CALL
+
+    def cells(module: torch.nn.Module, frames: int) -> int:
+        out, _ = module(torch.randn(2, frames, 4))
+        return _autograd_node_names(out.sum().grad_fn).count(RNN_CELL_NODE)
+
+    gru, rnn, lstm = (cls(4, 4, batch_first=True) for cls in (torch.nn.GRU, torch.nn.RNN, torch.nn.LSTM))
+    assert (cells(gru, 5), cells(gru, 9), cells(rnn, 5), cells(rnn, 9)) == (5, 9, 5, 9)
+    lstm_names = [_autograd_node_names(lstm(torch.randn(2, frames, 4))[0].sum().grad_fn) for frames in (5, 9)]
+    assert lstm_names[0] == lstm_names[1] and "MkldnnRnnLayerBackward0" in lstm_names[0]
+
+    class Recurrent(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = torch.nn.GRU(4, 4, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.rnn(x)[0]
+
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.compile(Recurrent(), backend="eager")(torch.randn(2, 5, 4))
+    # A break Dynamo cannot resume after: counted in "unimplemented", never in "graph_break".
+    assert any(RNN_MODULE_CALL in reason for reason in counters["unimplemented"]), dict(counters["unimplemented"])
+
+    linear = torch.nn.Linear(4, 5)
+    ctc = torch.nn.CTCLoss(zero_infinity=True)
+
+    def ctc_by_tensors(log_probs, targets, input_lengths, target_lengths):
+        nll, _ = torch.ops.aten._ctc_loss.Tensor(log_probs, targets, input_lengths, target_lengths, 0, True)
+        return (torch.where(torch.isinf(nll), 0, nll) / target_lengths.clamp(min=1)).mean()
+
+    def captures(loss_fn) -> tuple[int, list[str]]:
+        torch._dynamo.reset()
+        counters.clear()
+        nodes = []
+        for target_lengths in ([2, 3], [4, 1], [3, 3]):
+            lengths = torch.tensor(target_lengths)
+            targets = torch.randint(1, 5, (int(lengths.sum()),))
+            log_probs = linear(torch.randn(10, 2, 4)).log_softmax(-1)
+            loss = loss_fn(log_probs, targets, torch.full((2,), 10), lengths)
+            assert torch.allclose(loss, ctc(log_probs, targets, torch.full((2,), 10), lengths))
+            nodes = _autograd_node_names(loss.grad_fn)
+            with ca._enable(torch.compile(backend="eager")):
+                loss.backward()
+        return counters["compiled_autograd"]["captures"], nodes
+
+    saved_lengths, ctc_nodes = captures(ctc)
+    assert saved_lengths == 3 and CTC_LENGTHS_NODE in ctc_nodes
+    lifted, tensor_nodes = captures(ctc_by_tensors)
+    assert lifted == 1 and "CtcLossBackward1" in tensor_nodes and CTC_LENGTHS_NODE not in tensor_nodes

@@ -292,6 +292,7 @@ def cause_phrase(cause: "Cause") -> str:
         CAUSE_SHAPES,
         CAUSE_STRUCTURE,
         CAUSE_UNKNOWN,
+        CTC_LENGTHS_NODE,
         GRAPH_REPEATS,
         GRAPH_SAME,
         batch_shrink,
@@ -324,6 +325,9 @@ def cause_phrase(cause: "Cause") -> str:
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("random_draw") is not None:
         site, _ = cause.facts["random_draw"]
         what = f"the layers that ran changed, beside a random draw at {os.path.basename(site.file)}:{site.line} (LayerDrop?)"
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("rnn_site") is not None:
+        site = cause.facts["rnn_site"]
+        what = f"a recurrent layer's time steps followed the sequence length (the RNN at {os.path.basename(site.file)}:{site.line})"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("other_backward_calls"):
         what = "another backward call of the step, captured once as its own graph"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("new_backward_call") is not None and cause.count == 1:
@@ -332,8 +336,11 @@ def cause_phrase(cause: "Cause") -> str:
         found = cause.facts["function_class"]
         what = f"a custom autograd.Function was {'' if found.certain else 'likely '}another class at each call (`{found.name}`)"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("graph_shape") == GRAPH_SAME:
-        shrink = batch_shrink(cause.facts.get("saved_values") or [])
-        what = "a number the backward saved changed" + (f" ({shrink[0]}->{shrink[1]}: a smaller batch, a DataLoader's last?)"
+        saved = cause.facts.get("saved_values") or []
+        shrink = batch_shrink(saved)
+        what = ("the lengths nn.CTCLoss saved as numbers changed (its CtcLossBackward0 node)"
+                if shrink is None and any(name == CTC_LENGTHS_NODE for name, _, _ in saved) else
+                "a number the backward saved changed") + (f" ({shrink[0]}->{shrink[1]}: a smaller batch, a DataLoader's last?)"
                                                           if shrink is not None else "")
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("graph_shape") == GRAPH_REPEATS:
         what = "the backward's size followed a loop's trip count"

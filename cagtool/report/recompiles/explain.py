@@ -30,6 +30,7 @@ from cagtool.record.schema import (
 from cagtool.report.recompiles.calls import FORCE_EAGER, SELF_CALL_START, call_line, calls_on, innermost_call, split_arguments, uncompiled_call
 from cagtool.report.recompiles.reads import EVALUATION_FUNCTION, LimitHit, display_path, format_source, short_file, step_list, steps_place
 from cagtool.report.recompiles.table import (
+    RNN_MODULE_CALL,
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
     SOURCE_DYNAMO_FRAME,
@@ -368,6 +369,27 @@ def _nearest_site(sites: list[SourceRef], cause: Cause) -> SourceRef | None:
     return sites[0] if len(sites) == 1 else None
 
 
+# The node of a recurrent cell's hidden-state matmul (h @ W_hh^T + b): one per time step of an
+# nn.GRU or nn.RNN run eagerly on CPU (torch 2.13: the input's matmul is one node for all steps;
+# nn.LSTM is one MkldnnRnnLayerBackward0 node a layer there, whatever the length).
+RNN_CELL_NODE = "AddmmBackward0"
+
+
+def _rnn_site(table: RecompileTable, cause: Cause, changes: list[NodeChange]) -> SourceRef | None:
+    """The recurrent module's call (a graph break torch reported on it: Dynamo runs it eagerly) whose
+    time steps make a loop cause: its captures have more or fewer copies of the cell's matmul node."""
+    if not table.rnn_sites or not any(c.shape == GRAPH_REPEATS for c in changes):
+        return None
+    site = _nearest_site(table.rnn_sites, cause)
+    for row in cause.rows[:MAX_LISTED]:
+        produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
+        previous = table.previous_graph(row.ca_id)
+        if produced is not None and previous is not None and (
+                produced.autograd_names()[RNN_CELL_NODE] != previous.autograd_names()[RNN_CELL_NODE]):
+            return site
+    return None
+
+
 def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     changes = [_node_change(table, r) for r in cause.rows]
     grew = sum(1 for c in changes if c.before is None and (c.nodes_after or 0) >= (c.nodes_before or 0))
@@ -413,6 +435,8 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "random_draw": next(((site, name) for site, name in table.random_sites if site == drawn_at), None)
         if (drawn_at := _nearest_site([site for site, _ in table.random_sites], cause)) is not None and shapes - {GRAPH_SAME}
         else None,
+        # The call of an nn.GRU or nn.RNN, run eagerly, whose time steps the backward's size follows.
+        "rnn_site": _rnn_site(table, cause, changes),
         "other_backward_calls": (others := _other_backward_calls(table, cause)),
         "stepped_between": bool(others) and cause.steps[0] in table.stepped_between_backwards,
         "grad_call": bool(others) and cause.steps[0] in table.grad_call_steps,
@@ -1432,10 +1456,19 @@ def _structure(cause: Cause, cwd: str) -> Words:
     loop = shape == GRAPH_REPEATS or mostly_loop
     sizes = _count_list(facts.get("node_counts") or [])
     if mostly_loop:
+        # The others at a step where Dynamo recompiled a forward frame, each with a compiled graph's
+        # backward node where it differs: the forward's new graph, not a branch.
+        others = [c for c in changes if c.shape != GRAPH_REPEATS]
+        recompiled = [c.step for c in others if c.step in facts["forward_recompile_steps"]
+                      and COMPILED_FUNCTION in f"{c.before or ''} {c.after or ''}"]
+        rest = ("the others also change which ops run (a branch inside it)" if len(recompiled) < len(others)
+                else f"the other{'s' if len(others) > 1 else ''} came at step{'s' if len(set(recompiled)) > 1 else ''} "
+                     f"{step_list(sorted(set(recompiled)))}, where Dynamo recompiled a forward frame: its compiled graph's "
+                     "backward node is another")
         why.append(f"{repeats} of the {len(changes)} captures have more or fewer copies of the nodes the graph before it had"
                    + (f" ({sizes} autograd nodes)" if sizes else "")
                    + ": the backward's size follows a loop whose trip count changes per step (a sequence length, a loop that "
-                   "breaks early); the others also change which ops run (a branch inside it).")
+                   f"breaks early); {rest}.")
     elif loop and facts.get("random_draw") is not None:
         why.append("Each capture has more or fewer copies of the nodes the graph before it had, and no other node"
                    + (f" ({sizes} autograd nodes)" if sizes else "") + ": more or fewer layers (or a loop's iterations) ran.")
@@ -1490,6 +1523,13 @@ def _structure(cause: Cause, cwd: str) -> Words:
                        "builds different autograd nodes.")
         else:
             why.append(f"The same position holds different ops ({alternatives}): a Python branch or an op picked per step.")
+    rnn = facts.get("rnn_site") if loop else None
+    if rnn is not None:
+        why.append("The loop is a recurrent layer's time steps: torch reports an RNN module at "
+                   f"{format_source(rnn, cwd)} that Dynamo does not compile (graph break \"{RNN_MODULE_CALL}\"), so it runs "
+                   "eagerly, and on CPU an nn.GRU or nn.RNN records its cell's autograd nodes once per time step (the hidden "
+                   f"state's matmul, {RNN_CELL_NODE}, among them): the backward's size follows each batch's sequence length. "
+                   "Dynamic shapes do not help: the number of nodes changes, not a size.")
     drawn = facts.get("random_draw") if not (reshape_sizes or compiled_phase) else None
     if drawn is not None:
         site, name = drawn
@@ -1514,6 +1554,8 @@ def _structure(cause: Cause, cwd: str) -> Words:
         fix = [RANDOM_DROP_FIX]
     elif reshape_sizes:
         fix = [HAND_RESHAPE_FIX if by_hand(facts) else RESHAPE_FIX]
+    elif rnn is not None:
+        fix = [RNN_LENGTH_FIX, *([] if facts.get("stabilised") else [DISABLE_CA_FIX])]
     elif facts.get("stabilised") and loop:
         # A trip count the data sets (an episode's length: actor_critic's grow as the policy learns)
         # takes values the run did not reach: quiet last steps say little about them.
@@ -1547,10 +1589,20 @@ def _structure(cause: Cause, cwd: str) -> Words:
                     "picking modules in Python." if shape == GRAPH_REARRANGED
                else "use the same ops every step (select results with torch.where instead of choosing ops in Python)."),
             *([BATCHED_LOOP_FIX] if loop else []),
-            "If the variation is by design, compiled autograd will keep recompiling: run that part "
-            "without it (torch._dynamo.compiled_autograd._disable()).",
+            DISABLE_CA_FIX,
         ]
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+DISABLE_CA_FIX = ("If the variation is by design, compiled autograd will keep recompiling: run that part without it "
+                  "(torch._dynamo.compiled_autograd._disable()).")
+
+# A recurrent layer whose time steps are the loop (_rnn_site): one length, or a few, keep one
+# structure each. Packing (pack_padded_sequence) does not: its time steps are the batch's longest.
+RNN_LENGTH_FIX = ("Give every batch one sequence length: pad the sequences to a fixed maximum (the loss masks what lies past "
+                  "each sequence's end, as CTC's input_lengths or an ignore_index do; a bidirectional layer's reverse "
+                  "direction then starts in the padding), or to a few bucket lengths, each captured once and then reused. "
+                  "Packing them (pack_padded_sequence) does not: its time steps are each batch's longest.")
 
 
 # A loop whose trip count changes the backward's structure, when its iterations do not feed each
@@ -1609,11 +1661,18 @@ def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
     else:
         why.append("Each capture has the same autograd nodes, at the same NodeCalls, as the graph before it: a number a node "
                    "saved changed, not the structure.")
+    ctc = not last_batch and any(name == CTC_LENGTHS_NODE for name, _, _ in saved)
+    if ctc:
+        why.append(f"{CTC_LENGTHS_NODE} is nn.CTCLoss's (F.ctc_loss's) node: torch turns the input and target length tensors "
+                   "into lists of integers, which the node saves, so each new set of lengths (as a rule, every batch's "
+                   "targets) is a new capture; padding the targets would change the loss.")
     stability = stability_sentence(facts, "recompile of this kind")
     if stability:
         why.append(stability)
     if last_batch:
         fix = [HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX]
+    elif ctc:
+        fix = [CTC_TENSOR_LENGTHS_FIX]
     else:
         fix = ["If the number follows the data (a batch or sequence size), keep it the same on every step (drop or pad the "
                "odd batch), or compute it as a tensor so that it is an input of the graph, not a constant of it."]
@@ -1621,6 +1680,21 @@ def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
             why.append("Nothing urgent: each value is captured once and then reused.")
     return Words(title, why, fix, evidence_text(cause.evidence))
 
+
+# torch 2.13 (aten::ctc_loss, LossCTC.cpp): the overload taking length tensors reads them into
+# integer lists and calls the one taking lists, whose node saves them; compiled autograd keys its
+# cache on them. The overload that keeps tensors (aten::_ctc_loss.Tensor, node CtcLossBackward1) is
+# lifted as the graph's inputs: tests/scripts/speech_lengths.py, one capture, where nn.CTCLoss made
+# one a step; Dynamo's compile of that graph breaks at its backward op (no fake-tensor kernel) and
+# recompiles once per size that changed, then none; the same loss and gradients, checked by hand.
+CTC_LENGTHS_NODE = "CtcLossBackward0"
+CTC_TENSOR_LENGTHS_FIX = (
+    "Call the overload of torch's CTC loss that keeps the lengths tensors, which compiled autograd then takes as inputs "
+    "of one graph: `nll, _ = torch.ops.aten._ctc_loss.Tensor(log_probs, targets, input_lengths, target_lengths, blank, "
+    "zero_infinity)`, then nn.CTCLoss's reduction by hand: `nll = torch.where(torch.isinf(nll), 0, nll)` for "
+    "zero_infinity=True, `(nll / target_lengths.clamp(min=1)).mean()` for reduction='mean' (the same loss and gradients; "
+    "a private op of torch's). Compiled autograd then captures once; Dynamo's compile of its graph breaks at the CTC "
+    "backward op and recompiles once for each size that changed, then not again.")
 
 # torch 2.13, checked by hand (tests/scripts/grad_reverse.py): a custom autograd.Function in a region
 # compiled with backend="eager" is captured anew at every backward (12 steps: 12 captures); with

@@ -195,6 +195,10 @@ class RecompileTable:
     # LayerDrop), in record order, with the call torch names ("Random.random"): a random draw that
     # picks which layers run changes the backward's structure.
     random_sites: list[tuple[SourceRef, str]] = field(default_factory=list)
+    # Where torch reported a recurrent module's call it does not compile (graph break "Attempted to
+    # wrap RNN, GRU, or LSTM"), in record order: on CPU an nn.GRU or nn.RNN run eagerly records its
+    # cell's nodes once per time step, so a sequence's length sets the backward's structure.
+    rnn_sites: list[SourceRef] = field(default_factory=list)
     # Every compile by phase, and the recompile budget per frame (phases.py, budget.py).
     phases: "ModePhases | None" = None
     budget: "ModeBudget | None" = None
@@ -612,6 +616,9 @@ def _earlier_values_from_forward_guards(rows: list[RecompileRow]) -> list[Recomp
 
 # torch 2.13's gb_type for an `if` on a tensor's value (GB0170, torch/_dynamo/graph_break_registry.json).
 DATA_DEPENDENT_BRANCH = "Data-dependent branching"
+# ... and for a call of an nn.RNN, nn.GRU or nn.LSTM module (GB0014; torch/_dynamo/variables/builder.py): the
+# module runs eagerly.
+RNN_MODULE_CALL = "Attempted to wrap RNN, GRU, or LSTM"
 
 
 # torch 2.13 runs every torch.compile'd module's call through this one function: its frame is
@@ -983,6 +990,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     compile_events: list[DynamoCompileEvent] = []
     branches: list[SourceRef] = []
     randoms: list[tuple[SourceRef, str]] = []
+    rnns: list[SourceRef] = []
     break_reasons: dict[tuple[str, int], str] = {}
     breaks: list[GraphBreakEvent] = []
     failed: set[int] = set()
@@ -1006,6 +1014,10 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
                 site = SourceRef(file=event.file, line=event.line, code=event.code, how="random")
                 if all(site != known for known, _ in randoms):
                     randoms.append((site, drawn))
+            elif event.file and event.line and RNN_MODULE_CALL in event.reason:
+                site = SourceRef(file=event.file, line=event.line, code=event.code, how="rnn")
+                if site not in rnns:
+                    rnns.append(site)
         elif isinstance(event, CAGraphEvent):
             graphs[event.ca_id] = event
         elif isinstance(event, CACompileEvent):
@@ -1069,6 +1081,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
                      if e.co_filename and e.co_firstlineno and not e.is_ca_graph and (frame := compile_frame(e.compile_id)) is not None},
         branch_sites=branches,
         random_sites=randoms,
+        rnn_sites=rnns,
         phases=phases,
         dynamo_compiles=len(compile_events),
         budget=mode_budget(record, hits, steps.last, end),

@@ -391,3 +391,39 @@ def test_a_module_compiled_inside_ddp_is_evaluated_uncompiled_through_ddps_modul
     assert {e["source"]["wrapper"] for e in events if e.get("kind") == "dynamo_recompile"} == {""}
     said = " ".join(_said(cause) for cause in _causes(outside))
     assert "else model._orig_mod(x)`" in said and "model.module" not in said, said
+
+
+def test_a_grus_time_steps_and_ctcs_saved_lengths_are_named_and_the_ctc_fix_captures_once(record_run):
+    """A speech recogniser (tests/scripts/speech_lengths.py). An nn.GRU that Dynamo runs eagerly
+    records one cell per time step on CPU, so utterances of 6, 9, 5 frames make three structures:
+    the loop is named as the GRU's call (torch's graph break on it) with padding as the fix, not
+    the stacked-states fix of a loop whose iterations do not feed each other. nn.CTCLoss saves its
+    lengths as integers: a capture per batch of targets, named as CTCLoss's; the fix it gives, the
+    tensor-lengths overload, run: one capture, and no cause of CtcLossBackward0 left."""
+    gru_run = _recorded(record_run, "speech_lengths.py", "--model", "gru")
+    gru, features = _causes(gru_run)  # the features' layer, compiled, recompiles for the length once
+    assert features["code"] != "graph_structure" and features["steps"] == [1]
+    said = _said(gru)
+    assert gru["code"] == "graph_structure" and gru["count"] == 2 and gru["steps"] == [1, 2]
+    assert "The loop is a recurrent layer's time steps: torch reports an RNN module at" in said
+    assert "speech_lengths.py:34" in said and "x, _ = self.rnn(x)" in said
+    assert gru["fix"][0].startswith("Give every batch one sequence length: pad the sequences to a fixed maximum")
+    assert "torch.stack" not in said and "a branch inside it" not in said
+    events = [json.loads(line) for line in (gru_run / "ca" / "events.jsonl").read_text().splitlines()]
+    assert any("Attempted to wrap RNN, GRU, or LSTM" in e.get("reason", "") for e in events if e.get("kind") == "graph_break")
+    code, out, _ = cli_in_process("summary", str(gru_run))
+    assert code == 0 and "a recurrent layer's time steps followed the sequence length (the RNN at speech_lengths.py:34)" in out
+
+    ctc_run = _recorded(record_run, "speech_lengths.py", "--model", "linear")
+    [ctc] = _causes(ctc_run)
+    said = _said(ctc)
+    assert ctc["code"] == "graph_structure" and ctc["count"] == 3 and "A number the backward's nodes saved changes" in ctc["title"]
+    assert "CtcLossBackward0 is nn.CTCLoss's (F.ctc_loss's) node" in said
+    assert ctc["fix"][0].startswith("Call the overload of torch's CTC loss that keeps the lengths tensors")
+    code, out, _ = cli_in_process("summary", str(ctc_run))
+    assert code == 0 and "the lengths nn.CTCLoss saved as numbers changed (its CtcLossBackward0 node)" in out
+
+    fixed = _recorded(record_run, "speech_lengths.py", "--model", "linear", "--ctc-tensor-lengths")
+    events = [json.loads(line) for line in (fixed / "ca" / "events.jsonl").read_text().splitlines()]
+    assert sum(1 for e in events if e.get("kind") == "ca_graph") == 1  # one capture in 4 steps, against 4
+    assert all("CtcLoss" not in _said(c) for c in _causes(fixed))

@@ -174,6 +174,35 @@ def test_a_backward_that_swaps_one_compiled_forwards_backward_for_another_is_no_
     assert not cause_words(plain, "/job").title.startswith("The backward of another graph")
 
 
+def test_a_loop_whose_odd_capture_came_with_a_forward_recompile_names_that_recompile_not_a_branch():
+    """A speech recogniser (conv front end compiled, an nn.GRU run eagerly, utterances of 80-160
+    frames): at step 1 Dynamo recompiled the forward for the length, so that capture's first
+    difference is a compiled forward's backward node; the others only add or drop the GRU's cells.
+    The odd one is said to come with the forward's recompile, not read as a branch inside the loop;
+    where it came at no such step, the branch reading stays. Hand-built from that run's facts."""
+    from cagtool.record.schema import SourceRef
+    from cagtool.report.recompiles.explain import CAUSE_STRUCTURE, Cause, NodeChange, cause_words
+    from cagtool.report.recompiles.table import RecompileRow
+
+    call = SourceRef(file="/job/asr.py", line=32, code="loss.backward()", function="<module>", how="backward_call")
+    changes = [NodeChange("!1", 1, 4, "CtcLossBackward0", "CompiledFunctionBackward0", None, 1249, 1417, None),
+               NodeChange("!2", 2, 4, "CtcLossBackward0", None, None, 1417, 2229, "repeats"),
+               NodeChange("!3", 3, 4, "CtcLossBackward0", None, None, 2229, 1809, "repeats")]
+    rows = [RecompileRow("ca", "ca", c.compile_id, c.step, "new_node", (10 + c.step,), ca_id=int(c.compile_id[1:]),
+                         node="CtcLossBackward0", node_call=4, user_source=call) for c in changes]
+    facts = {"changes": changes, "graph_shape": None, "forward_recompile_steps": [1], "stabilised": False,
+             "distinct_structures": 4, "variants": {4: ["CompiledFunctionBackward0", "CtcLossBackward0"]}, "grew": 0,
+             "node_counts": [1249, 1417, 2229, 1809], "last_step": 7}
+    said = " ".join(cause_words(Cause(CAUSE_STRUCTURE, rows, number=1, source=call, facts=facts), "/job").why)
+    assert ("2 of the 3 captures have more or fewer copies of the nodes the graph before it had (1249, 1417, 2229, 1809 "
+            "autograd nodes): the backward's size follows a loop") in said
+    assert "the other came at step 1, where Dynamo recompiled a forward frame: its compiled graph's backward node is another" in said
+    assert "a branch inside it" not in said
+    elsewhere = " ".join(cause_words(Cause(CAUSE_STRUCTURE, rows, number=1, source=call,
+                                           facts={**facts, "forward_recompile_steps": [5]}), "/job").why)
+    assert "the others also change which ops run (a branch inside it)" in elsewhere and "Dynamo recompiled" not in elsewhere
+
+
 def test_a_size_guards_fix_names_the_tensor_as_the_calling_line_passes_it():
     """word_language_model: the size guard on `src` was installed at a line inside the compiled
     forward (`len(src)`), and the forward was called as `model(data)`: the fix marks `data`, the

@@ -6,6 +6,7 @@ read from the break's place and the call there as the record keeps them."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # DeepSpeed ZeRO-3 under compiled autograd: the first backward's CA graph calls ZeRO-3's
@@ -113,6 +114,23 @@ RNN_HINT_ON_CPU = (
 def hint_caveat(hint: str) -> str | None:
     """What cagtool found of following torch's hint for a graph break, where it misleads; None otherwise."""
     return RNN_HINT_ON_CPU if _RNN_HINT in hint else None
+
+
+# transformers' LayerDrop (wav2vec2, HuBERT, Whisper, BART and others: `dropout_probability =
+# torch.rand([])` a line above, then `skip_the_layer = dropout_probability < self.config.layerdrop`
+# and `if not skip_the_layer ...:`, or `if dropout_probability < self.layerdrop: continue`): a
+# branch on a tensor draw whose draw is on another line than the branch torch reports (transformers
+# 5.25; a tiny Wav2Vec2ForCTC at its config's layerdrop 0.1 skipped a layer at step 6 of 8).
+_LAYER_DROP_IN_CODE = re.compile(r"\bskip_the_layer\b|\blayerdrop\b")
+LAYER_DROP_CONFIG_FIX = (
+    "transformers' LayerDrop draws which encoder or decoder layers run at every training step (the model config's "
+    "`layerdrop`, or `encoder_layerdrop` / `decoder_layerdrop`): set it to 0.0 before the model is made "
+    "(`from_pretrained(..., layerdrop=0.0)`) and every layer runs at every step, one backward graph")
+
+
+def library_layer_drop(file: str, code: str) -> bool:
+    """Whether a data-dependent branch torch reported at `file`'s line `code` is transformers' LayerDrop."""
+    return "transformers/models/" in file.replace("\\", "/") and bool(_LAYER_DROP_IN_CODE.search(code or ""))
 
 
 def library_break_fix(file: str, code: str, rest: str) -> str | None:

@@ -27,6 +27,7 @@ from cagtool.record.schema import (
     HookSite,
     SourceRef,
 )
+from cagtool.report.known_failures import LAYER_DROP_CONFIG_FIX, library_layer_drop
 from cagtool.report.recompiles.calls import FORCE_EAGER, SELF_CALL_START, call_line, calls_on, innermost_call, split_arguments, uncompiled_call
 from cagtool.report.recompiles.reads import EVALUATION_FUNCTION, LimitHit, display_path, format_source, short_file, step_list, steps_place
 from cagtool.report.recompiles.table import (
@@ -1551,7 +1552,7 @@ def _structure(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     if drawn is not None:
-        fix = [RANDOM_DROP_FIX]
+        fix = ([LAYER_DROP_CONFIG_FIX + "."] if library_layer_drop(drawn[0].file, drawn[0].code) else []) + [RANDOM_DROP_FIX]
     elif reshape_sizes:
         fix = [HAND_RESHAPE_FIX if by_hand(facts) else RESHAPE_FIX]
     elif rnn is not None:
@@ -1666,6 +1667,10 @@ def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
         why.append(f"{CTC_LENGTHS_NODE} is nn.CTCLoss's (F.ctc_loss's) node: torch turns the input and target length tensors "
                    "into lists of integers, which the node saves, so each new set of lengths (as a rule, every batch's "
                    "targets) is a new capture; padding the targets would change the loss.")
+        others = sorted({short_name(name) for name, _, _ in saved if name != CTC_LENGTHS_NODE})
+        if others:
+            why.append(f"Numbers other nodes saved changed too ({elide(others, limit=4)}): what the fix below removes is "
+                       "CTC's; those may still recapture.")
     stability = stability_sentence(facts, "recompile of this kind")
     if stability:
         why.append(stability)
@@ -1693,8 +1698,9 @@ CTC_TENSOR_LENGTHS_FIX = (
     "of one graph: `nll, _ = torch.ops.aten._ctc_loss.Tensor(log_probs, targets, input_lengths, target_lengths, blank, "
     "zero_infinity)`, then nn.CTCLoss's reduction by hand: `nll = torch.where(torch.isinf(nll), 0, nll)` for "
     "zero_infinity=True, `(nll / target_lengths.clamp(min=1)).mean()` for reduction='mean' (the same loss and gradients; "
-    "a private op of torch's). Compiled autograd then captures once; Dynamo's compile of its graph breaks at the CTC "
-    "backward op and recompiles once for each size that changed, then not again.")
+    "a private op of torch's). A new set of lengths is then no new capture (Dynamo's compile of the graph breaks at the "
+    "CTC backward op and recompiles once for each size that changed). Where a library computes the loss (transformers' "
+    "...ForCTC models, given labels), call the model without labels and compute it so from its logits.")
 
 # torch 2.13, checked by hand (tests/scripts/grad_reverse.py): a custom autograd.Function in a region
 # compiled with backend="eager" is captured anew at every backward (12 steps: 12 captures); with
@@ -4620,8 +4626,11 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
             code = _ca_new_node_code(table, row)
             if code == CAUSE_STRUCTURE:
                 # One backward's structure is one cause, whichever forward line made the node that
-                # first differs (--trace-nodes names it: a loop's body spans lines).
-                return (code, _location(row.backward_call) or _location(row.user_source) or row.node)
+                # first differs (--trace-nodes names it: a loop's body spans lines). Captures of the
+                # same nodes (a number a node saved changed: CTC's lengths) are another cause than
+                # captures whose nodes changed (a layer skipped) in the same backward.
+                place = _location(row.backward_call) or _location(row.user_source) or row.node
+                return (code, place, GRAPH_SAME) if _node_change(table, row).shape == GRAPH_SAME else (code, place)
             if code == CAUSE_GRAD_DEFINED and is_graph_grad_warmup(table, row):
                 return (code, "warm-up")  # one per backward graph: one cause, whichever line called it
             return (code, row.node, _location(row.user_source))

@@ -47,6 +47,7 @@ from cagtool.record.schema import (
 from cagtool.report.changed_sizes import misses_with_earlier_values, saved_values_changed
 from cagtool.report.figures.metrics import other_call_captures
 from cagtool.report.findings import SkippedCompile, skipped_compiles
+from cagtool.report.known_failures import library_layer_drop
 from cagtool.report.replaced import replaced_by
 from cagtool.report.recompiles.reads import (EVALUATION_FUNCTION, LimitHit, StepSummary, after_training, forward_step, inside_captures,
                                              holding, limit_hits, short_file, step_summary, steps_and_seqs, training_end)
@@ -1001,7 +1002,8 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
                 break_reasons.setdefault((event.file, event.line), event.reason)
                 breaks.append(event)
             # A substring test, not the parse of every message: records can hold 1,000s of breaks.
-            if event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason and (drawn := random_draw_in_code(event.code)):
+            if event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason and (
+                    (drawn := random_draw_in_code(event.code)) or (library_layer_drop(event.file, event.code) and (drawn := "torch.rand"))):
                 # torch 2.14+ traces the draw and breaks on the branch on it: a random draw all the same.
                 site = SourceRef(file=event.file, line=event.line, code=event.code, how="random_branch")
                 if all(site != known for known, _ in randoms):

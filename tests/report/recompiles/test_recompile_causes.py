@@ -203,6 +203,51 @@ def test_a_loop_whose_odd_capture_came_with_a_forward_recompile_names_that_recom
     assert "the others also change which ops run (a branch inside it)" in elsewhere and "Dynamo recompiled" not in elsewhere
 
 
+def test_transformers_layer_drop_is_a_random_draw_with_its_config_as_the_fix_and_ctc_lengths_say_what_else_changed():
+    """A tiny Wav2Vec2ForCTC (transformers 5.25) under compiled autograd: its encoder's LayerDrop
+    (config.layerdrop 0.1) skipped a layer at step 6, torch reporting the branch
+    `if not skip_the_layer or synced_gpus:` with the draw on a line above it; and CTC's lengths
+    changed at steps 3-5 with the sequence's sizes other nodes hold. The branch is read as a random
+    draw (known_failures.library_layer_drop), and the fix is the config's layerdrop before the edit
+    of the code; the CTC cause says that other nodes' numbers changed too. Hand-built from that run's
+    facts (transformers is not among the test dependencies)."""
+    from cagtool.record.schema import SourceRef
+    from cagtool.report.known_failures import LAYER_DROP_CONFIG_FIX, library_layer_drop
+    from cagtool.report.recompiles.explain import CAUSE_STRUCTURE, RANDOM_DROP_FIX, Cause, NodeChange, cause_words
+    from cagtool.report.recompiles.table import RecompileRow
+
+    library = "/venv/lib/python3.11/site-packages/transformers/models/wav2vec2/modeling_wav2vec2.py"
+    branch = SourceRef(file=library, line=692, code="if not skip_the_layer or synced_gpus:", how="random_branch")
+    assert library_layer_drop(branch.file, branch.code)
+    assert library_layer_drop(library, "if dropout_probability < self.layerdrop:")
+    assert not library_layer_drop("/job/train.py", "if not skip_the_layer:")
+    assert not library_layer_drop(library, "if labels is not None and labels.max() >= self.config.vocab_size:")
+
+    call = SourceRef(file="/job/w2v.py", line=25, code="loss.backward()", function="<module>", how="backward_call")
+    changes = [NodeChange("!6", 6, 3, "CtcLossBackward0", None, None, 63, 46, "repeats"),
+               NodeChange("!7", 7, 3, "CtcLossBackward0", None, None, 46, 63, "repeats")]
+    rows = [RecompileRow("ca", "ca", c.compile_id, c.step, "new_node", (10 + c.step,), ca_id=int(c.compile_id[1:]),
+                         node="CtcLossBackward0", node_call=3, user_source=call) for c in changes]
+    facts = {"changes": changes, "graph_shape": "repeats", "forward_recompile_steps": [], "stabilised": False, "last_step": 7,
+             "distinct_structures": 3, "variants": {3: ["CtcLossBackward0"]}, "grew": 1, "node_counts": [63, 46, 63],
+             "random_draw": (branch, "torch.rand")}
+    words = cause_words(Cause(CAUSE_STRUCTURE, rows, number=1, source=call, facts=facts), "/job")
+    assert "torch reports a branch on a tensor drawn with `torch.rand` at" in " ".join(words.why)
+    assert words.fix == [LAYER_DROP_CONFIG_FIX + ".", RANDOM_DROP_FIX]
+    mine = {**facts, "random_draw": (SourceRef(file="/job/model.py", line=40, code="if torch.rand(()) < self.p:", how="random_branch"),
+                                     "torch.rand")}
+    assert cause_words(Cause(CAUSE_STRUCTURE, rows, number=1, source=call, facts=mine), "/job").fix == [RANDOM_DROP_FIX]
+
+    same = [NodeChange(f"!{n}", n, 3, "CtcLossBackward0", None, None, 63, 63, "same") for n in (3, 4, 5)]
+    saved_rows = [RecompileRow("ca", "ca", c.compile_id, c.step, "new_node", (10 + c.step,), ca_id=int(c.compile_id[1:]),
+                               node="CtcLossBackward0", node_call=3, user_source=call) for c in same]
+    saved = {"changes": same, "graph_shape": "same", "stabilised": False, "last_step": 7, "distinct_structures": 4,
+             "saved_values": [("CtcLossBackward0", 290, 251), ("CtcLossBackward0", 4, 6), ("NativeLayerNormBackward0", 290, 251)]}
+    said = " ".join(cause_words(Cause(CAUSE_STRUCTURE, saved_rows, number=2, source=call, facts=saved), "/job").why)
+    assert "CtcLossBackward0 is nn.CTCLoss's (F.ctc_loss's) node" in said
+    assert "Numbers other nodes saved changed too (NativeLayerNormBackward0): what the fix below removes is CTC's" in said
+
+
 def test_a_size_guards_fix_names_the_tensor_as_the_calling_line_passes_it():
     """word_language_model: the size guard on `src` was installed at a line inside the compiled
     forward (`len(src)`), and the forward was called as `model(data)`: the fix marks `data`, the

@@ -3778,10 +3778,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                          "dynamic from the first call with TORCH_COMPILE_DYNAMIC_SOURCES in the job's environment (torch's PGO line "
                          "lists the sources), or with torch._dynamo.maybe_mark_dynamic where the batch is made ("
                          + (f"your {own_batches}" if (own_batches := _own_collator(tuple(facts.get("collate_functions") or ()), cwd))
+                            else "your loop's own: no DataLoader ran" if by_hand(facts)
                             else "a DataLoader's collate_fn; HF Trainer's data_collator")
                          + ") where the library passes that tensor on as it is (a copy to "
                          "another device carries no mark); pad or bucket if it takes many values."]
-            if size[1] > 0 and caller is not None and caller.via.startswith("transformers/"):
+            if size[1] > 0 and caller is not None and caller.via.startswith("transformers/") and not by_hand(facts):
+                # A model's own frame reached through its library's code is no sign of HF Trainer:
+                # a loop that makes its batches by hand iterates no DataLoader.
                 fixes.append(_collator_fix(size[2], size[3], tuple(facts.get("collate_functions") or ()), cwd))
             by = facts.get("compiled_by")
             own_compile = (f" (your torch.compile at {display_path(str(by.get('file')), cwd)}:{by.get('line')})"

@@ -341,6 +341,15 @@ def test_a_length_the_jobs_own_collate_function_makes_is_fixed_there_and_an_hf_c
             "pad every batch to one length N") in trainer and "The lengths 48 and 64 are multiples of 8 already" in trainer, trainer
     trainer = fixes("transformers/trainer.py:2209", ())  # a record that names none: HF's default words
     assert "HF Trainer's batches are padded by its data_collator, each to its longest (its default)" in trainer, trainer
+    # A model's own frame (split by graph breaks) reached through transformers' code in a loop that
+    # makes its batches by hand (a Wav2Vec2ForCTC fine-tuned by a plain loop: no DataLoader ran):
+    # no HF Trainer, no data_collator.
+    caller = SourceRef(file="/w/train.py", line=24, code="loss = cmodel(input_values=audio).loss", function="<module>", how="caller",
+                       via="transformers/models/wav2vec2/modeling_wav2vec2.py:673")
+    loop = " ".join(_guard_fixes({"kind": GUARD_SIZE, "guard": guard, "caller": caller, "stabilised": True, "collate_functions": (),
+                                  "data_loaders": 0}, False, "", "/w"))
+    assert "HF Trainer" not in loop and "data_collator" not in loop, loop
+    assert "maybe_mark_dynamic where the batch is made (your loop's own: no DataLoader ran)" in loop, loop
 
     lambda_ = {**own, "name": "<lambda>", "wrapped_by": None}
     script = fixes("", (lambda_,))

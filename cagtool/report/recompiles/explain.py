@@ -278,6 +278,15 @@ def _swapped_by_node_call(produced: CAGraphEvent, previous: CAGraphEvent, gone: 
     return tuple((call, old[call], new[call]) for call in sorted(new))
 
 
+def _same_nodes(table: RecompileTable, row: RecompileRow) -> bool:
+    """Whether the graph a miss produced has the autograd nodes of the graph captured before it at the
+    same NodeCalls (what _node_change calls GRAPH_SAME), read without the rest of its comparison."""
+    produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
+    previous = table.previous_graph(row.ca_id)
+    return (produced is not None and previous is not None and bool(produced.autograd_nodes)
+            and [(r.node_call, r.name) for r in produced.autograd_nodes] == [(r.node_call, r.name) for r in previous.autograd_nodes])
+
+
 def _graph_shape(mine: Counter[str], theirs: Counter[str], gone: Counter[str], came: Counter[str]) -> str:
     if gone and came:
         return GRAPH_SWAPPED
@@ -4633,7 +4642,7 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
                 # same nodes (a number a node saved changed: CTC's lengths) are another cause than
                 # captures whose nodes changed (a layer skipped) in the same backward.
                 place = _location(row.backward_call) or _location(row.user_source) or row.node
-                return (code, place, GRAPH_SAME) if _node_change(table, row).shape == GRAPH_SAME else (code, place)
+                return (code, place, GRAPH_SAME) if _same_nodes(table, row) else (code, place)
             if code == CAUSE_GRAD_DEFINED and is_graph_grad_warmup(table, row):
                 return (code, "warm-up")  # one per backward graph: one cause, whichever line called it
             return (code, row.node, _location(row.user_source))

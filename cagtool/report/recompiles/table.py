@@ -1002,13 +1002,17 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
                 break_reasons.setdefault((event.file, event.line), event.reason)
                 breaks.append(event)
             # A substring test, not the parse of every message: records can hold 1,000s of breaks.
-            if event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason and (
-                    (drawn := random_draw_in_code(event.code)) or (library_layer_drop(event.file, event.code) and (drawn := "torch.rand"))):
-                # torch 2.14+ traces the draw and breaks on the branch on it: a random draw all the same.
+            branch = bool(event.file and event.line) and DATA_DEPENDENT_BRANCH in event.reason
+            # torch 2.14+ traces a draw of Python's random module and breaks on the branch on it, a
+            # tensor draw is such a branch in every version, and transformers' LayerDrop draws on the
+            # line above its branch: a random draw all the same.
+            drawn = (random_draw_in_code(event.code) or ("torch.rand" if library_layer_drop(event.file, event.code) else None)
+                     ) if branch else None
+            if drawn:
                 site = SourceRef(file=event.file, line=event.line, code=event.code, how="random_branch")
                 if all(site != known for known, _ in randoms):
                     randoms.append((site, drawn))
-            elif event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason:
+            elif branch:
                 site = SourceRef(file=event.file, line=event.line, code=event.code, how="branch")
                 if site not in branches:
                     branches.append(site)

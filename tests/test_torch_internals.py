@@ -1483,7 +1483,9 @@ def test_on_cpu_a_gru_records_a_cell_per_time_step_an_lstm_one_node_and_ctc_save
     CtcLossBackward0, whose lengths compiled autograd keys on (a capture per set of target lengths);
     aten::_ctc_loss.Tensor's is CtcLossBackward1, whose length tensors it lifts (one capture), with
     the same loss as nn.CTCLoss with zero_infinity and the 'mean' reduction done by hand."""
-    from cagtool.report.recompiles.explain import CTC_LENGTHS_NODE, RNN_CELL_NODE
+    from collections import Counter
+
+    from cagtool.report.recompiles.explain import CTC_LENGTHS_NODE, GRU_CELL_NODES, RNN_CELL_NODE, RNN_CELL_NODES
     from cagtool.report.recompiles.table import RNN_MODULE_CALL
 
     def cells(module: torch.nn.Module, frames: int) -> int:
@@ -1492,6 +1494,13 @@ def test_on_cpu_a_gru_records_a_cell_per_time_step_an_lstm_one_node_and_ctc_save
 
     gru, rnn, lstm = (cls(4, 4, batch_first=True) for cls in (torch.nn.GRU, torch.nn.RNN, torch.nn.LSTM))
     assert (cells(gru, 5), cells(gru, 9), cells(rnn, 5), cells(rnn, 9)) == (5, 9, 5, 9)
+
+    def gained(module: torch.nn.Module) -> set[str]:  # the nodes 4 more time steps add: the cell's alone
+        short, long = (Counter(_autograd_node_names(module(torch.randn(2, frames, 4))[0].sum().grad_fn)) for frames in (5, 9))
+        return set(long - short)
+
+    assert RNN_CELL_NODE in gained(gru) and gained(gru) <= GRU_CELL_NODES and "UnsafeSplitBackward0" in gained(gru)
+    assert RNN_CELL_NODE in gained(rnn) and gained(rnn) <= RNN_CELL_NODES
     lstm_names = [_autograd_node_names(lstm(torch.randn(2, frames, 4))[0].sum().grad_fn) for frames in (5, 9)]
     assert lstm_names[0] == lstm_names[1] and "MkldnnRnnLayerBackward0" in lstm_names[0]
 

@@ -8,6 +8,8 @@ recompiled for the length at step 1). The loss is a mean square, to keep that ca
 `--model linear`: a linear layer over utterances padded to one length, CTC loss on targets of
 varying length: nn.CTCLoss hands torch its length tensors as lists of integers, which its node
 (CtcLossBackward0) saves, so each new set of lengths is a new compiled-autograd capture.
+`--uncompiled`: the GRU model not compiled (compiled autograd alone): no graph break names the GRU,
+its cell's nodes do.
 `--ctc-tensor-lengths`: the fix cagtool gives, the overload that keeps the lengths tensors
 (torch.ops.aten._ctc_loss.Tensor, node CtcLossBackward1): one recompile for the sizes, then none."""
 
@@ -19,6 +21,7 @@ import torch.nn as nn
 args = sys.argv[1:]
 model_kind = args[args.index("--model") + 1] if "--model" in args else "gru"
 tensor_lengths = "--ctc-tensor-lengths" in args
+uncompiled = "--uncompiled" in args
 
 
 class Recogniser(nn.Module):
@@ -45,7 +48,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths):
 
 torch.manual_seed(0)
 model = Recogniser()
-compiled = torch.compile(model, backend="eager")
+compiled = model if uncompiled else torch.compile(model, backend="eager")
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 target_sets = ([2, 3], [4, 1], [3, 3], [1, 2])
 for step, frames in enumerate((6, 9, 5, 9)):

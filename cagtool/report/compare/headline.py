@@ -328,6 +328,8 @@ def cause_phrase(cause: "Cause") -> str:
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("rnn_site") is not None:
         site = cause.facts["rnn_site"]
         what = f"a recurrent layer's time steps followed the sequence length (the RNN at {os.path.basename(site.file)}:{site.line})"
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("rnn_cell") is not None:
+        what = f"a recurrent layer's time steps followed the sequence length (an nn.{cause.facts['rnn_cell']}'s cells)"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("other_backward_calls"):
         what = "another backward call of the step, captured once as its own graph"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("new_backward_call") is not None and cause.count == 1:

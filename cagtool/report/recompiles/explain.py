@@ -400,6 +400,33 @@ def _rnn_site(table: RecompileTable, cause: Cause, changes: list[NodeChange]) ->
     return None
 
 
+# The autograd nodes of one time step of an eager recurrent cell on CPU (torch 2.13): nn.GRU's
+# (its gates split, two sigmoids, a tanh), nn.RNN's (tanh or relu); the hidden state's matmul
+# (RNN_CELL_NODE) is in both. A capture that only adds or drops copies of these ran the cell more
+# or fewer times.
+GRU_CELL_NODES = frozenset({"AddBackward0", "MulBackward0", "SigmoidBackward0", "UnsafeSplitBackward0", RNN_CELL_NODE,
+                            "SubBackward0", "TBackward0", "TanhBackward0"})
+RNN_CELL_NODES = frozenset({"AddBackward0", RNN_CELL_NODE, "TBackward0", "TanhBackward0", "ReluBackward0"})
+
+
+def _rnn_cell(table: RecompileTable, cause: Cause, changes: list[NodeChange]) -> str | None:
+    """"GRU" or "RNN" where every capture of a loop cause that the record can compare added or
+    dropped copies of that recurrent cell's nodes and nothing else: the loop is the cell's time
+    steps (an nn.GRU or nn.RNN run eagerly on CPU, or a cell called in a loop); None otherwise."""
+    kinds = set()
+    for row, change in list(zip(cause.rows, changes))[:MAX_LISTED]:
+        produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
+        previous = table.previous_graph(row.ca_id)
+        if change.shape != GRAPH_REPEATS or produced is None or previous is None:
+            continue
+        mine, theirs = produced.autograd_names(), previous.autograd_names()
+        differ = set((mine - theirs) + (theirs - mine))
+        if RNN_CELL_NODE not in differ:
+            return None
+        kinds.add("RNN" if differ <= RNN_CELL_NODES else "GRU" if differ <= GRU_CELL_NODES and "UnsafeSplitBackward0" in differ else None)
+    return kinds.pop() if len(kinds) == 1 and None not in kinds else None
+
+
 def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     changes = [_node_change(table, r) for r in cause.rows]
     grew = sum(1 for c in changes if c.before is None and (c.nodes_after or 0) >= (c.nodes_before or 0))
@@ -447,6 +474,8 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         else None,
         # The call of an nn.GRU or nn.RNN, run eagerly, whose time steps the backward's size follows.
         "rnn_site": _rnn_site(table, cause, changes),
+        # ... or, with no such call in the record, the recurrent cell whose copies are all the captures changed.
+        "rnn_cell": _rnn_cell(table, cause, changes),
         "other_backward_calls": (others := _other_backward_calls(table, cause)),
         "stepped_between": bool(others) and cause.steps[0] in table.stepped_between_backwards,
         "grad_call": bool(others) and cause.steps[0] in table.grad_call_steps,
@@ -1534,12 +1563,20 @@ def _structure(cause: Cause, cwd: str) -> Words:
         else:
             why.append(f"The same position holds different ops ({alternatives}): a Python branch or an op picked per step.")
     rnn = facts.get("rnn_site") if loop else None
+    cell = facts.get("rnn_cell") if loop and rnn is None else None
     if rnn is not None:
         why.append("The loop is a recurrent layer's time steps: torch reports an RNN module at "
                    f"{format_source(rnn, cwd)} that Dynamo does not compile (graph break \"{RNN_MODULE_CALL}\"), so it runs "
                    "eagerly, and on CPU an nn.GRU or nn.RNN records its cell's autograd nodes once per time step (the hidden "
                    f"state's matmul, {RNN_CELL_NODE}, among them): the backward's size follows each batch's sequence length. "
                    "Dynamic shapes do not help: the number of nodes changes, not a size.")
+    elif cell is not None:
+        why.append(f"The copies are an {'nn.GRU' if cell == 'GRU' else 'nn.RNN'} cell's nodes and nothing else (the hidden "
+                   f"state's matmul, {RNN_CELL_NODE}, among them): the loop is a recurrent layer's time steps. On CPU an "
+                   f"nn.{cell} run eagerly records its cell once per time step (as does a cell called in a loop of your own), so "
+                   "the backward's size follows each batch's sequence length. Dynamic shapes do not help: the number of nodes "
+                   "changes, not a size.")
+    recurrent = rnn is not None or cell is not None
     drawn = facts.get("random_draw") if not (reshape_sizes or compiled_phase) else None
     if drawn is not None:
         site, name = drawn
@@ -1564,7 +1601,10 @@ def _structure(cause: Cause, cwd: str) -> Words:
         fix = ([LAYER_DROP_CONFIG_FIX + "."] if library_layer_drop(drawn[0].file, drawn[0].code) else []) + [RANDOM_DROP_FIX]
     elif reshape_sizes:
         fix = [HAND_RESHAPE_FIX if by_hand(facts) else RESHAPE_FIX]
-    elif rnn is not None:
+    elif recurrent:
+        if facts.get("stabilised"):
+            why.append("Each length seen is captured once and then reused; one not seen yet is captured anew, as the data's "
+                       "lengths take new values.")
         fix = [RNN_LENGTH_FIX, *([] if facts.get("stabilised") else [DISABLE_CA_FIX])]
     elif facts.get("stabilised") and loop:
         # A trip count the data sets (an episode's length: actor_critic's grow as the policy learns)

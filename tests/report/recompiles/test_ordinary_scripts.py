@@ -247,7 +247,7 @@ def test_an_episode_length_loop_is_a_trip_count_and_expert_routing_is_ops_picked
     assert loop["code"] == "graph_structure" and loop["count"] == 2 and loop["steps"] == [1, 2]
     assert "(91, 63, 119 autograd nodes): the backward's size follows a loop whose trip count changes per step" in said
     assert "CatBackward0 at NodeCall 2 (91 -> 63 nodes)" in said
-    assert "a Python branch" not in said and "torch.where" not in said
+    assert "a Python branch" not in said and "torch.where" not in said and "recurrent" not in said
     assert "run the module once on them stacked (torch.stack)" in loop["fix"][1]
     # That fix, run: the policy once on the episode's stacked states keeps one graph structure;
     # only its sizes change, once compiled autograd's and once Dynamo's recompile.
@@ -400,19 +400,29 @@ def test_a_grus_time_steps_and_ctcs_saved_lengths_are_named_and_the_ctc_fix_capt
     the stacked-states fix of a loop whose iterations do not feed each other. nn.CTCLoss saves its
     lengths as integers: a capture per batch of targets, named as CTCLoss's; the fix it gives, the
     tensor-lengths overload, run: one capture, and no cause of CtcLossBackward0 left."""
+    script = Path(__file__).parents[2] / "scripts" / "speech_lengths.py"
+    rnn_line = next(n for n, line in enumerate(script.read_text().splitlines(), 1) if "x, _ = self.rnn(x)" in line)
     gru_run = _recorded(record_run, "speech_lengths.py", "--model", "gru")
     gru, features = _causes(gru_run)  # the features' layer, compiled, recompiles for the length once
     assert features["code"] != "graph_structure" and features["steps"] == [1]
     said = _said(gru)
     assert gru["code"] == "graph_structure" and gru["count"] == 2 and gru["steps"] == [1, 2]
     assert "The loop is a recurrent layer's time steps: torch reports an RNN module at" in said
-    assert "speech_lengths.py:34" in said and "x, _ = self.rnn(x)" in said
+    assert f"speech_lengths.py:{rnn_line}" in said and "x, _ = self.rnn(x)" in said
     assert gru["fix"][0].startswith("Give every batch one sequence length: pad the sequences to a fixed maximum")
     assert "torch.stack" not in said and "a branch inside it" not in said
     events = [json.loads(line) for line in (gru_run / "ca" / "events.jsonl").read_text().splitlines()]
     assert any("Attempted to wrap RNN, GRU, or LSTM" in e.get("reason", "") for e in events if e.get("kind") == "graph_break")
     code, out, _ = cli_in_process("summary", str(gru_run))
-    assert code == 0 and "a recurrent layer's time steps followed the sequence length (the RNN at speech_lengths.py:34)" in out
+    assert code == 0 and f"a recurrent layer's time steps followed the sequence length (the RNN at speech_lengths.py:{rnn_line})" in out
+
+    # Not compiled (compiled autograd alone): no graph break names the GRU; the copies, a GRU cell's
+    # nodes and nothing else, do.
+    [cells] = _causes(_recorded(record_run, "speech_lengths.py", "--uncompiled"))
+    said = _said(cells)
+    assert cells["code"] == "graph_structure" and cells["count"] == 2
+    assert "The copies are an nn.GRU cell's nodes and nothing else" in said and "torch reports an RNN module" not in said
+    assert cells["fix"][0].startswith("Give every batch one sequence length") and "torch.stack" not in said
 
     ctc_run = _recorded(record_run, "speech_lengths.py", "--model", "linear")
     [ctc] = _causes(ctc_run)

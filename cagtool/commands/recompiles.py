@@ -276,6 +276,18 @@ def pgo_scope(explanation: "Explanation", said: str = "") -> str:
     if size_recompiles(explanation) and explanation.total:
         guards = [guard for cause in explanation.causes for _, guard in cause.facts.get("failures") or ()
                   if guard and (size_guard(guard) is not None or specialised_size(guard) is not None)]
+        # Every size guard on the compiled modules' shared frame was another module's first call (a
+        # GAN's G, then D: D's input has another size): a size torch's profile notes, not one
+        # module's input changing. torch 2.13, checked by hand on a spectral-norm GAN: with the
+        # source torch lists set, D's first call recompiles on the same size guard (a size the
+        # module's weight ties is specialised).
+        others = [guard for cause in explanation.causes if cause.facts.get("other_module") or cause.facts.get("other_module_by_guards")
+                  for _, guard in cause.facts.get("failures") or () if guard and size_guard(guard) is not None]
+        if guards and len(others) == len(guards) == size_recompiles(explanation) and not any(
+                row.source == SOURCE_DYNAMO_CA_GRAPH for row in explanation.table.recompiles):
+            return (" [cagtool: every size recompile of this mode was another compiled module's first call on the frame the "
+                    "compiled modules share (cause above), not a change of one module's input: this setting would not remove "
+                    "them]")
         sizes = [size_guard(guard) for guard in guards]
         # torch 2.13, checked by hand: TORCH_COMPILE_DYNAMIC_SOURCES leaves a first size of 1 specialised,
         # and a last batch of one row (a dynamic size carries `2 <= x.size()[0]`).

@@ -326,6 +326,11 @@ def test_two_compiled_modules_alike_but_for_their_widths_are_named_as_another_mo
     (number,) = [c.number for c in explanation.causes if c.facts.get("other_module_by_guards")]
     assert not [f for f in fixes_for(explanation, pgo_suggestion="TORCH_COMPILE_DYNAMIC_SOURCES=\"L['args'][0]\"")
                 if number in f.causes and f.name in ("dynamic-sources", "torch-pgo")]
+    # Nor does the line that shows torch's own PGO suggestion (its profile saw the size change) let
+    # it stand as a fix: every size recompile was the other module's first call.
+    from cagtool.commands.recompiles import pgo_scope
+
+    assert "was another compiled module's first call on the frame the compiled modules share" in pgo_scope(explanation)
 
 
 @pytest.mark.slow

@@ -1903,7 +1903,9 @@ def by_trainer(facts: dict[str, Any]) -> bool:
     """HF Trainer called the compiled code (the call's line is in transformers): its batches come
     from the DataLoader it builds from the script's TrainingArguments."""
     caller = facts.get("caller")
-    return caller is not None and bool(caller.via) and caller.via.startswith("transformers/")
+    # A model's own frame reached through transformers' code (split by graph breaks) in a loop that
+    # makes its batches by hand, iterating no DataLoader, is no sign of HF Trainer.
+    return caller is not None and bool(caller.via) and caller.via.startswith("transformers/") and not by_hand(facts)
 
 
 def loader_last_fix(facts: dict[str, Any]) -> str:
@@ -3810,7 +3812,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
             if accelerate is not None:
                 # torch 2.13 + accelerate, checked on tests/scripts/hf_trainer_classifier.py --ragged:
                 # with the variable set, the forward's size recompile is gone.
-                trainer = " (HF Trainer's, with torch_compile=True)" if caller is not None and caller.via.startswith("transformers/") else ""
+                trainer = " (HF Trainer's, with torch_compile=True)" if by_trainer(facts) else ""
                 fixes = [f"accelerate made the compile call{trainer} at {accelerate}, with torch.compile's dynamic unset: "
                          "ACCELERATE_DYNAMO_USE_DYNAMIC=1 in the job's environment (read when accelerate's dynamo plugin is made; "
                          "`accelerate launch --dynamo_use_dynamic`) compiles it with dynamic=True, every size dynamic from the first "
@@ -3831,9 +3833,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                             else "a DataLoader's collate_fn; HF Trainer's data_collator")
                          + ") where the library passes that tensor on as it is (a copy to "
                          "another device carries no mark); pad or bucket if it takes many values."]
-            if size[1] > 0 and caller is not None and caller.via.startswith("transformers/") and not by_hand(facts):
-                # A model's own frame reached through its library's code is no sign of HF Trainer:
-                # a loop that makes its batches by hand iterates no DataLoader.
+            if size[1] > 0 and by_trainer(facts):
                 fixes.append(_collator_fix(size[2], size[3], tuple(facts.get("collate_functions") or ()), cwd))
             by = facts.get("compiled_by")
             own_compile = (f" (your torch.compile at {display_path(str(by.get('file')), cwd)}:{by.get('line')})"
@@ -3843,7 +3843,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                      "input whose size the code ties to it (a batch's tokens and its mask): marked on one alone, a static "
                      f"one it meets specialises it again. Or compile with dynamic=True{own_compile}; pad or bucket if it takes many values."]
             own = _own_collator(tuple(facts.get("collate_functions") or ()), cwd) if size[1] > 0 else None
-            if own is not None and not (caller is not None and caller.via.startswith("transformers/")):
+            if own is not None and not by_trainer(facts):
                 fixes.append(_own_collator_fix("DataLoader's collate_fn", own, size[2], size[3]))
             recomputes = facts.get("reentrant_recomputes") or 0
             if recomputes:
